@@ -1,0 +1,238 @@
+"""ai.onnx.ml TreeEnsembleClassifier and TreeEnsembleRegressor (ml opsets 1-3), every row
+at once.
+
+The computation is ``onnx.reference``'s, step for step, with the same float32 (or
+float64) additions in the same order (the twin it replaces walks each row and each tree
+in Python: 299 ms for 64 rows of a 100-tree forest, against ONNX Runtime's 0.55 ms):
+
+1. Each tree's leaf for every row: all rows start at the tree's root and take one step
+   down per round, ``true`` where the node's rule holds (``BRANCH_LEQ`` x <= v, ``LT``,
+   ``GTE``, ``GT``, ``EQ``, ``NEQ``), a NaN going the way
+   ``nodes_missing_value_tracks_true`` says, until every row stands on a ``LEAF``.
+2. The leaves' weights (``class_*`` / ``target_*``: tree, node, output column, weight) are
+   added to ``base_values`` (classifier; the regressor adds them after aggregating) in the
+   order the reference adds them: row by row, tree by tree in ascending tree id, each
+   leaf's weights in attribute order (``np.add.at`` adds unbuffered, in index order).
+   The regressor's ``AVERAGE`` divides by the tree count, ``MIN`` / ``MAX`` keep the least
+   / greatest weight.
+3. The classifier's binary case (one class id), post transform (``LOGISTIC``,
+   ``SOFTMAX``, ``SOFTMAX_ZERO``, ``PROBIT``) and labels as the reference's (its helpers).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from quanta.kernels.reference.registry import OpContext, OpError, register
+
+__all__ = ["leaf_indices"]
+
+ML_DOMAIN = "ai.onnx.ml"
+_RULES = ("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ", "LEAF")
+
+
+def _attr(attrs: dict[str, Any], name: str, dtype: Any = None) -> np.ndarray | None:
+    if f"{name}_as_tensor" in attrs and attrs[f"{name}_as_tensor"] is not None:
+        return np.asarray(attrs[f"{name}_as_tensor"])
+    v = attrs.get(name)
+    if v is None:
+        return None
+    return np.asarray(list(v), dtype=dtype)
+
+
+class _Forest:
+    """The node table as arrays: each node's rule, feature, threshold, both children as
+    node indices, and each tree's root."""
+
+    def __init__(self, attrs: dict[str, Any]) -> None:
+        tree = np.asarray(list(attrs["nodes_treeids"]), np.int64)
+        node = np.asarray(list(attrs["nodes_nodeids"]), np.int64)
+        index = {(int(t), int(n)): i for i, (t, n) in enumerate(zip(tree.tolist(), node.tolist()))}
+        self.index = index
+        modes = [m.decode() if isinstance(m, bytes) else str(m) for m in attrs["nodes_modes"]]
+        unknown = sorted(set(modes) - set(_RULES))
+        if unknown:
+            raise OpError(f"tree ensemble: unknown node mode(s) {unknown}")
+        self.rule = np.array([_RULES.index(m) for m in modes], np.int64)
+        self.feature = np.asarray(list(attrs["nodes_featureids"]), np.int64)
+        values = _attr(attrs, "nodes_values", np.float32)
+        self.value = values if values is not None else np.zeros(len(tree), np.float32)
+        missing = attrs.get("nodes_missing_value_tracks_true")
+        self.missing_true = (
+            np.asarray(list(missing), np.int64) >= 1 if missing is not None else np.zeros(len(tree), bool)
+        )
+
+        def child(ids: str) -> np.ndarray:
+            out = np.zeros(len(tree), np.int64)
+            for i, (t, n, r) in enumerate(zip(tree.tolist(), attrs[ids], self.rule.tolist())):
+                if r != 6:  # a leaf's children are not read
+                    j = index.get((t, int(n)))
+                    if j is None:
+                        raise OpError(f"tree ensemble: tree {t} has no node {int(n)} ({ids})")
+                    out[i] = j
+            return out
+
+        self.true_child, self.false_child = child("nodes_truenodeids"), child("nodes_falsenodeids")
+        self.tree_ids = sorted(set(tree.tolist()))
+        first: dict[int, int] = {}
+        for i, t in enumerate(tree.tolist()):
+            first.setdefault(t, i)
+        self.roots = np.array([first[t] for t in self.tree_ids], np.int64)
+        self.tree, self.node = tree, node
+
+
+def leaf_indices(forest: _Forest, x: np.ndarray) -> np.ndarray:
+    """[N, T]: the node index of the leaf each row reaches in each tree (step 1)."""
+    rows = x.shape[0]
+    at = np.broadcast_to(forest.roots, (rows, forest.roots.size)).copy()
+    r_idx = np.arange(rows)[:, None]
+    for _ in range(forest.rule.size + 1):  # a path is at most every node once
+        rule = forest.rule[at]
+        live = rule != 6
+        if not live.any():
+            return at
+        feat = forest.feature[at]
+        feat = np.where(live, feat, 0)
+        if x.shape[1] == 0 and live.any():
+            raise OpError("tree ensemble: a branch reads a feature of an input with no columns")
+        if (feat >= x.shape[1]).any() or (feat < 0).any():
+            raise OpError(f"tree ensemble: a node reads feature {int(feat.max())} of {x.shape[1]}")
+        v = x[r_idx, feat]
+        th = forest.value[at].astype(v.dtype, copy=False)
+        with np.errstate(invalid="ignore"):
+            go = np.select(
+                [rule == 0, rule == 1, rule == 2, rule == 3, rule == 4, rule == 5],
+                [v <= th, v < th, v >= th, v > th, v == th, v != th],
+                default=False,
+            )
+        go = np.where(np.isnan(v), forest.missing_true[at], go)
+        at = np.where(live, np.where(go, forest.true_child[at], forest.false_child[at]), at)
+    raise OpError("tree ensemble: a tree has a cycle (no leaf reached)")
+
+
+def _leaf_weights(forest: _Forest, attrs: dict[str, Any], prefix: str) -> tuple[list, np.ndarray, np.ndarray]:
+    """Per node index, the list of (weight entry) indices in attribute order; the entries'
+    output columns and weights."""
+    trees = list(attrs[f"{prefix}_treeids"])
+    nodes = list(attrs[f"{prefix}_nodeids"])
+    cols = np.asarray(list(attrs[f"{prefix}_ids"]), np.int64)
+    weights = _attr(attrs, f"{prefix}_weights", np.float32)
+    assert weights is not None
+    per_node: list[list[int]] = [[] for _ in range(forest.rule.size)]
+    for k, (t, n) in enumerate(zip(trees, nodes)):
+        j = forest.index.get((int(t), int(n)))
+        if j is not None:
+            per_node[j].append(k)
+    return per_node, cols, weights
+
+
+def _entries(leaves: np.ndarray, per_node: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(row, entry) pairs in the reference's order: row by row, tree by tree, each leaf's
+    entries in attribute order (the ragged per-node lists as one flat array and offsets)."""
+    counts = np.array([len(ks) for ks in per_node], np.int64)
+    flat = np.array([k for ks in per_node for k in ks], np.int64)
+    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    reached = leaves.reshape(-1)
+    n = counts[reached]
+    total = int(n.sum())
+    rows = np.repeat(np.repeat(np.arange(leaves.shape[0], dtype=np.int64), leaves.shape[1]), n)
+    # position within each leaf's run: a running index less the run's start
+    run_start = np.repeat(np.cumsum(n) - n, n)
+    entries = flat[np.repeat(offsets[reached], n) + np.arange(total, dtype=np.int64) - run_start]
+    return rows, entries
+
+
+def _as_2d(x: np.ndarray) -> np.ndarray:
+    return x.reshape(1, -1) if x.ndim == 1 else x
+
+
+@register("TreeEnsembleRegressor", ML_DOMAIN)
+def tree_ensemble_regressor(ctx: OpContext, x: np.ndarray, **attrs: Any) -> np.ndarray:
+    x = _as_2d(np.asarray(x))
+    if x.dtype not in (np.float32, np.float64):
+        x = x.astype(np.float32)
+    forest = _Forest(attrs)
+    leaves = leaf_indices(forest, x)
+    per_node, cols, weights = _leaf_weights(forest, attrs, "target")
+    n_targets = int(attrs.get("n_targets", 1))
+    agg = attrs.get("aggregate_function", "SUM")
+    agg = agg.decode() if isinstance(agg, bytes) else agg
+    res = np.zeros((x.shape[0], n_targets), dtype=x.dtype)
+    rows, ks = _entries(leaves, per_node)
+    w = weights[ks].astype(res.dtype, copy=False)
+    if agg in ("SUM", "AVERAGE"):
+        np.add.at(res, (rows, cols[ks]), w)
+    elif agg == "MIN":
+        res[:] = np.finfo(res.dtype).max
+        np.minimum.at(res, (rows, cols[ks]), w)
+    elif agg == "MAX":
+        res[:] = np.finfo(res.dtype).min
+        np.maximum.at(res, (rows, cols[ks]), w)
+    else:
+        raise OpError(
+            f"TreeEnsembleRegressor: aggregate_function {agg!r} is not one of SUM, AVERAGE, MIN, MAX"
+        )
+    if agg == "AVERAGE":
+        res /= len(forest.tree_ids)
+    base = _attr(attrs, "base_values", np.float32)
+    if base is not None:
+        res[:, :] += np.asarray(base).reshape((1, -1))
+    post = attrs.get("post_transform", "NONE")
+    post = post.decode() if isinstance(post, bytes) else post
+    if post not in (None, "NONE"):
+        raise OpError(f"TreeEnsembleRegressor: post_transform {post!r} is not NONE")
+    return res
+
+
+@register("TreeEnsembleClassifier", ML_DOMAIN)
+def tree_ensemble_classifier(ctx: OpContext, x: np.ndarray, **attrs: Any) -> tuple[np.ndarray, np.ndarray]:
+    from onnx.reference.ops.aionnxml._common_classifier import logistic, probit, softmax, softmax_zero
+
+    x = _as_2d(np.asarray(x))
+    if x.dtype not in (np.float32, np.float64):
+        x = x.astype(np.float32)
+    forest = _Forest(attrs)
+    leaves = leaf_indices(forest, x)
+    per_node, cols, weights = _leaf_weights(forest, attrs, "class")
+    ints = attrs.get("classlabels_int64s")
+    strings = attrs.get("classlabels_strings")
+    n_classes = max(len(ints or []), len(strings or []))
+    res = np.empty((x.shape[0], n_classes), dtype=np.float32)
+    base = _attr(attrs, "base_values", np.float32)
+    res[:, :] = 0 if base is None else np.asarray(base, np.float32).reshape((1, -1))
+    rows, ks = _entries(leaves, per_node)
+    np.add.at(res, (rows, cols[ks]), weights[ks].astype(np.float32, copy=False))
+    post = attrs.get("post_transform", "NONE")
+    post = post.decode() if isinstance(post, bytes) else post
+    classes = ints or strings
+    if len(set(cols.tolist())) == 1:  # binary: one class id column
+        if res.shape[1] == len(classes) == 1:
+            two = np.zeros((res.shape[0], 2), res.dtype)
+            two[:, 1] = res[:, 0]
+            res = two
+        else:
+            res[:, 1] = res[:, 0]
+        res[:, 0] = 1 - res[:, 1] if post in (None, "NONE", "PROBIT") else -res[:, 1]
+    fn = {None: lambda v: v, "NONE": lambda v: v, "LOGISTIC": logistic, "SOFTMAX": softmax}
+    fn.update({"SOFTMAX_ZERO": softmax_zero, "PROBIT": probit})
+    if post not in fn:
+        raise OpError(f"TreeEnsembleClassifier: unknown post_transform {post!r}")
+    scores = fn[post](res)
+    best = np.argmax(scores, axis=1)
+    if ints is not None:
+        ints = [int(v) for v in ints]
+        if len(ints) == 1:
+            if ints[0] != 1:
+                raise OpError(f"TreeEnsembleClassifier: classlabels_int64s={ints} (one label other than 1)")
+            labels = np.where(best == 1, 1, 0).astype(np.int64)
+        else:
+            labels = np.asarray(ints, np.int64)[best]
+    else:
+        names = [s.decode() if isinstance(s, bytes) else str(s) for s in strings or []]
+        if len(names) == 1:
+            raise OpError(f"TreeEnsembleClassifier: classlabels_strings={names} (a single label)")
+        labels = np.empty(best.size, dtype=object)
+        labels[:] = [names[i] for i in best.tolist()]
+    return labels, scores
