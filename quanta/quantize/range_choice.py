@@ -66,6 +66,12 @@ CAP_DB = 100.0
 MIN_FEEDS = 2
 
 
+#: below this output SQNR (dB) on the calibration feeds the summary warns that the file is
+#: far from FP32 (a diffusion UNet's 8-bit file at -1.4 dB printed its SQNR on one line
+#: among others and nothing else)
+FAR_SQNR_DB = 10.0
+
+
 @dataclass
 class RangeChoice:
     """What eq. (24) chose and measured (dB per candidate), or why it did not measure."""
@@ -79,7 +85,15 @@ class RangeChoice:
         if not self.scores:
             return f"ranges outside eq. (22): {self.choice} ({self.reason})"
         measured = ", ".join(f"{k} {v:.1f} dB" for k, v in self.scores.items())
-        return f"ranges outside eq. (22): {self.choice} (output SQNR on {self.feeds} calibration feed(s): {measured})"
+        line = f"ranges outside eq. (22): {self.choice} (output SQNR on {self.feeds} calibration feed(s): {measured})"
+        best = self.scores.get(self.choice, max(self.scores.values()))
+        if best < FAR_SQNR_DB:
+            line += (
+                f"\nwarning: the quantized outputs are far from FP32 on the calibration data ({best:.1f} dB "
+                "output SQNR): `quanta debug FP32 QUANTIZED --data D` shows which layers lose it, and an "
+                "accuracy target (`--target-sqnr`, quanta.AccuracyTarget) widens or keeps float what it must"
+            )
+        return line
 
 
 class SplitObserver:

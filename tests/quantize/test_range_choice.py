@@ -238,3 +238,15 @@ def test_a_tensor_the_even_feeds_leave_degenerate_keeps_its_full_range():
     even, even_mm = half_ranges({"a": seen, "b": never}, full, {"b": CalibratedType(F32, -0.5, 7.0)})
     assert (even["a"].min, even["a"].max) == (-1.0, 2.0)
     assert even["b"] == full["b"] and (even_mm["b"].min, even_mm["b"].max) == (-0.5, 7.0)
+
+
+def test_a_file_far_from_fp32_is_flagged_in_the_summary() -> None:
+    from quanta.quantize.range_choice import FAR_SQNR_DB, RangeChoice
+
+    near = RangeChoice("mse", {"minmax": 31.5, "mse": 33.0}, 8).format()
+    assert "warning" not in near
+    far = RangeChoice("mse", {"minmax": -3.0, "mse": FAR_SQNR_DB - 11.4}, 8).format()
+    first, second = far.splitlines()
+    assert first.startswith("ranges outside eq. (22): mse (output SQNR on 8 calibration feed(s)")
+    assert second.startswith("warning: the quantized outputs are far from FP32") and "(-1.4 dB" in second
+    assert "quanta debug" in second and "--target-sqnr" in second
