@@ -164,8 +164,6 @@ def plan_equalization(graph: Graph, op_types: frozenset[str], excluded=None) -> 
         c = _weight(a).shape[0]
         if any(_weight(u).shape[1] * _groups(u) != c for u in users):
             continue
-        if _groups(a) != 1 and _weight(a).shape[0] % _groups(a):
-            continue
         sites.append(EqualizeSite(a, act, y, users))
     return sites
 

@@ -190,3 +190,20 @@ def test_the_cli_flag_records_equalize_in_the_recipe(tmp_path):
     assert main(["quantize", str(src), "-o", str(outs[1]), "--calib", str(calib), "--equalize"]) == 0
     recipes = [json.loads(onnx.load(str(p)).metadata_props[0].value)["equalize"] for p in outs]
     assert recipes == [False, True]
+
+
+def test_factors_follow_eq_14_and_skip_channels_whose_maxima_do_not_reproduce():
+    from quanta.quantize.equalize import K_MAX, MARGIN, factors
+
+    _, sites = _planned()
+    site = sites[0]  # depthwise reader: alpha 1
+    even = np.array([6.0, 0.01, 3.0, 0.5, 5.5, 0.25, 1.0])
+    odd = np.array([5.8, 0.011, 2.9, 1.5, 6.0, 0.24, 1.1])  # channel 3: 3x apart
+    for m in (even, odd):
+        site.observe(np.broadcast_to(m[None, :, None, None], (2, 7, 3, 5)).copy())
+    k = factors(site)
+    top = 6.0
+    want = np.clip(top / (MARGIN * np.maximum(even, odd)), 1.0, K_MAX)
+    want[3] = 1.0
+    np.testing.assert_allclose(k, want)
+    assert k[1] == K_MAX and k[0] == 1.0
