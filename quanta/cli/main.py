@@ -304,6 +304,8 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         options["weight_rounding"] = args.weight_rounding
     if getattr(args, "weight_bits", None):
         options["weight_bits"] = args.weight_bits
+    if getattr(args, "equalize", False):
+        options["equalize"] = True
     if args.dynamic:
         quantize_dynamic(args.model, args.output, args.recipe, **options)
     else:
@@ -538,6 +540,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["gptq", "gptaq", "nearest"],
         help="weights: GPTQ second-order rounding on the calibration data (default), GPTQ then "
         "each layer fitted for the FP32 output from its quantized input (gptaq), or each to nearest",
+    )
+    s.add_argument(
+        "--equalize",
+        action="store_true",
+        help="cross-layer equalization: even out the channels of the activations between two "
+        "Convs (Conv -> Relu / Clip(0, H) -> Conv) by factors folded into both layers' weights",
     )
     s.add_argument(
         "--recalibrate",

@@ -233,6 +233,11 @@ class Recipe:
     # SmoothQuant's alpha: balance the activation channels of MatMul/Gemm inputs whose
     # channel maxima spread (quanta.quantize.smooth, docs/debugger.md eq. (13)); None: off
     smooth_quant: float | None = 0.8
+    # cross-layer equalization of the activations between two Convs (Conv -> Relu /
+    # Clip(0, H) -> Conv): per-channel factors folded into both layers' weights so the
+    # per-tensor grid serves every channel (quanta.quantize.equalize, docs/debugger.md
+    # eq. (14)); needs per-channel weights
+    equalize: bool = False
     calibration_samples: int | None = None  # at most this many samples (None: all)
     percentile: float = 99.999
     num_bins: int | None = None  # histogram bins (None: the observer's default, 4096)

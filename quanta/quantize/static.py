@@ -492,6 +492,8 @@ def quantize_static(
     graph = model.graph
     plan_recipe = recipe
     smoothed: list[str] = []
+    if recipe.equalize and recipe.per_channel:
+        calibration_data = _equalize(model, calibration_data, recipe, preprocess)
     if recipe.smooth_quant is not None:
         smoothed, calibration_data = _smooth(model, calibration_data, recipe, preprocess)
         # the Mul that produces a balanced activation stays float: its own inputs keep the
@@ -820,6 +822,30 @@ def _smooth(model: Model, data: Any, recipe: Recipe, preprocess) -> tuple[list[s
         taps={s.x.name: [s.observe] for s in sites},
     )
     return apply_smoothing(model.graph, sites, float(alpha)), data
+
+
+def _equalize(model: Model, data: Any, recipe: Recipe, preprocess) -> Any:
+    """Cross-layer equalization on the float graph (quanta.quantize.equalize): one pass
+    over the data for the per-channel maxima, then eq. (14)'s factors folded into the
+    weights. Returns the data for the next pass (read into a list if it was one-shot)."""
+    from quanta.quantize.equalize import apply_equalization, plan_equalization
+
+    sites = plan_equalization(model.graph, recipe.op_types, recipe.excludes)
+    if not sites:
+        return data
+    data = _rereadable(data, model.graph, recipe, preprocess)
+    calibrate(
+        model,
+        [],
+        data,
+        make_observer_factory(recipe),
+        preprocess=preprocess,
+        limit=recipe.calibration_samples,
+        progress=False,
+        taps={s.y.name: [s.observe] for s in sites},
+    )
+    apply_equalization(model.graph, sites)
+    return data
 
 
 def _rereadable(data: Any, graph, recipe: Recipe, preprocess) -> Any:
