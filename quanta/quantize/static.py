@@ -810,17 +810,7 @@ def _smooth(model: Model, data: Any, recipe: Recipe, preprocess) -> tuple[list[s
     sites = plan_smoothing(model.graph, recipe.op_types, insert=True)
     if not sites:
         return [], data
-    data = _rereadable(data, model.graph, recipe, preprocess)
-    calibrate(
-        model,
-        [],
-        data,
-        make_observer_factory(recipe),
-        preprocess=preprocess,
-        limit=recipe.calibration_samples,
-        progress=False,
-        taps={s.x.name: [s.observe] for s in sites},
-    )
+    data = _float_pass(model, data, recipe, preprocess, {s.x.name: [s.observe] for s in sites})
     return apply_smoothing(model.graph, sites, float(alpha)), data
 
 
@@ -833,6 +823,15 @@ def _equalize(model: Model, data: Any, recipe: Recipe, preprocess) -> Any:
     sites = plan_equalization(model.graph, recipe.op_types, recipe.excludes)
     if not sites:
         return data
+    data = _float_pass(model, data, recipe, preprocess, {s.y.name: [s.observe] for s in sites})
+    apply_equalization(model.graph, sites)
+    return data
+
+
+def _float_pass(model: Model, data: Any, recipe: Recipe, preprocess, taps: dict[str, list]) -> Any:
+    """One pass of the float model over the calibration data, each named value handed to
+    its ``taps`` (SmoothQuant's and equalization's per-channel maxima); returns the data
+    in a form the next pass can read again."""
     data = _rereadable(data, model.graph, recipe, preprocess)
     calibrate(
         model,
@@ -842,9 +841,8 @@ def _equalize(model: Model, data: Any, recipe: Recipe, preprocess) -> Any:
         preprocess=preprocess,
         limit=recipe.calibration_samples,
         progress=False,
-        taps={s.y.name: [s.observe] for s in sites},
+        taps=taps,
     )
-    apply_equalization(model.graph, sites)
     return data
 
 
