@@ -262,6 +262,7 @@ def test_prepare_for_quantization_folds_float_weights_only():
         "conv_depth_one",
         "fold_groupnorm",
         "hoist_gathered_gemm",
+        "canonicalize_activation_einsum",
         "eliminate_common",
         "eliminate_dead",
     ]
