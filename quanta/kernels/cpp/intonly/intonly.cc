@@ -128,8 +128,10 @@ void conv2d(const int32_t* x, const int32_t* w, const int32_t* c, const Conv2d& 
 
 void add(const int32_t* a, const int32_t* b, int64_t size, const AddParams& p, Rounding r, int32_t* y) {
   for (int64_t i = 0; i < size; ++i) {
-    const int64_t a1 = apply_scale((static_cast<int64_t>(a[i]) - p.za) << p.left, p.am, p.as, r);
-    const int64_t b1 = apply_scale((static_cast<int64_t>(b[i]) - p.zb) << p.left, p.bm, p.bs, r);
+    // times 2^left, not << left: the centred codes are negative half the time, and a left
+    // shift of a negative value is undefined before C++20 (UBSan)
+    const int64_t a1 = apply_scale((static_cast<int64_t>(a[i]) - p.za) * (int64_t{1} << p.left), p.am, p.as, r);
+    const int64_t b1 = apply_scale((static_cast<int64_t>(b[i]) - p.zb) * (int64_t{1} << p.left), p.bm, p.bs, r);
     y[i] = clamp(apply_scale(wrap32(a1 + b1), p.m, p.s, r) + p.zy, p.lo, p.hi);  // (IO5)
   }
 }
