@@ -25,11 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from quanta.kernels.reference.registry import OpContext, OpError, register
+from quanta.kernels.reference.registry import ML_DOMAIN, OpContext, OpError, register
 
-__all__ = ["leaf_indices"]
+__all__ = ["Forest", "classify", "leaf_indices", "regress"]
 
-ML_DOMAIN = "ai.onnx.ml"
 _RULES = ("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ", "LEAF")
 
 
@@ -42,21 +41,27 @@ def _attr(attrs: dict[str, Any], name: str, dtype: Any = None) -> np.ndarray | N
     return np.asarray(list(v), dtype=dtype)
 
 
-class _Forest:
-    """The node table as arrays: each node's rule, feature, threshold, both children as
-    node indices, and each tree's root."""
+class Forest:
+    """Everything a tree ensemble's attributes fix, built once: each node's rule, feature,
+    threshold and both children as node indices, each tree's root, and the leaves'
+    weight entries (``prefix``: "target" for the regressor, "class" for the classifier)
+    as one flat array in attribute order with each node's offset and count. The twin
+    builds it per call; the native target keeps one per node."""
 
-    def __init__(self, attrs: dict[str, Any]) -> None:
-        tree = np.asarray(list(attrs["nodes_treeids"]), np.int64)
-        node = np.asarray(list(attrs["nodes_nodeids"]), np.int64)
-        index = {(int(t), int(n)): i for i, (t, n) in enumerate(zip(tree.tolist(), node.tolist()))}
-        self.index = index
+    def __init__(self, attrs: dict[str, Any], prefix: str) -> None:
+        tree = [int(t) for t in attrs["nodes_treeids"]]
+        index = {(t, int(n)): i for i, (t, n) in enumerate(zip(tree, attrs["nodes_nodeids"]))}
         modes = [m.decode() if isinstance(m, bytes) else str(m) for m in attrs["nodes_modes"]]
         unknown = sorted(set(modes) - set(_RULES))
         if unknown:
             raise OpError(f"tree ensemble: unknown node mode(s) {unknown}")
         self.rule = np.array([_RULES.index(m) for m in modes], np.int64)
         self.feature = np.asarray(list(attrs["nodes_featureids"]), np.int64)
+        branch = self.rule != 6
+        #: the input needs more columns than this (-1: no branch reads any)
+        self.max_feature = int(self.feature[branch].max()) if branch.any() else -1
+        if branch.any() and int(self.feature[branch].min()) < 0:
+            raise OpError("tree ensemble: a node reads a negative feature id")
         values = _attr(attrs, "nodes_values", np.float32)
         self.value = values if values is not None else np.zeros(len(tree), np.float32)
         missing = attrs.get("nodes_missing_value_tracks_true")
@@ -66,7 +71,7 @@ class _Forest:
 
         def child(ids: str) -> np.ndarray:
             out = np.zeros(len(tree), np.int64)
-            for i, (t, n, r) in enumerate(zip(tree.tolist(), attrs[ids], self.rule.tolist())):
+            for i, (t, n, r) in enumerate(zip(tree, attrs[ids], self.rule.tolist())):
                 if r != 6:  # a leaf's children are not read
                     j = index.get((t, int(n)))
                     if j is None:
@@ -75,16 +80,45 @@ class _Forest:
             return out
 
         self.true_child, self.false_child = child("nodes_truenodeids"), child("nodes_falsenodeids")
-        self.tree_ids = sorted(set(tree.tolist()))
         first: dict[int, int] = {}
-        for i, t in enumerate(tree.tolist()):
+        for i, t in enumerate(tree):
             first.setdefault(t, i)
-        self.roots = np.array([first[t] for t in self.tree_ids], np.int64)
-        self.tree, self.node = tree, node
+        self.roots = np.array([first[t] for t in sorted(first)], np.int64)
+        # the leaves' weight entries: per node index, its entries in attribute order
+        per_node: list[list[int]] = [[] for _ in tree]
+        for k, (t, n) in enumerate(zip(attrs[f"{prefix}_treeids"], attrs[f"{prefix}_nodeids"])):
+            j = index.get((int(t), int(n)))
+            if j is not None:
+                per_node[j].append(k)
+        self.counts = np.array([len(ks) for ks in per_node], np.int64)
+        self.flat = np.array([k for ks in per_node for k in ks], np.int64)
+        self.offsets = np.cumsum(self.counts) - self.counts
+        self.cols = np.asarray(list(attrs[f"{prefix}_ids"]), np.int64)
+        weights = _attr(attrs, f"{prefix}_weights", np.float32)
+        if weights is None:
+            raise OpError(f"tree ensemble: no {prefix}_weights")
+        self.weights = weights
+        #: one output column for every entry (a binary classifier's single class id)
+        self.one_column = np.unique(self.cols).size == 1
+
+    def entries(self, leaves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(row, entry) pairs in the reference's order: row by row, tree by tree, each
+        leaf's entries in attribute order."""
+        reached = leaves.reshape(-1)
+        n = self.counts[reached]
+        total = int(n.sum())
+        rows = np.repeat(np.repeat(np.arange(leaves.shape[0], dtype=np.int64), leaves.shape[1]), n)
+        # position within each leaf's run: a running index less the run's start
+        run_start = np.repeat(np.cumsum(n) - n, n)
+        return rows, self.flat[
+            np.repeat(self.offsets[reached], n) + np.arange(total, dtype=np.int64) - run_start
+        ]
 
 
-def leaf_indices(forest: _Forest, x: np.ndarray) -> np.ndarray:
+def leaf_indices(forest: Forest, x: np.ndarray) -> np.ndarray:
     """[N, T]: the node index of the leaf each row reaches in each tree (step 1)."""
+    if forest.max_feature >= x.shape[1]:
+        raise OpError(f"tree ensemble: a node reads feature {forest.max_feature} of an input of {x.shape[1]}")
     rows = x.shape[0]
     at = np.broadcast_to(forest.roots, (rows, forest.roots.size)).copy()
     r_idx = np.arange(rows)[:, None]
@@ -93,13 +127,8 @@ def leaf_indices(forest: _Forest, x: np.ndarray) -> np.ndarray:
         live = rule != 6
         if not live.any():
             return at
-        feat = forest.feature[at]
-        feat = np.where(live, feat, 0)
-        if x.shape[1] == 0 and live.any():
-            raise OpError("tree ensemble: a branch reads a feature of an input with no columns")
-        if (feat >= x.shape[1]).any() or (feat < 0).any():
-            raise OpError(f"tree ensemble: a node reads feature {int(feat.max())} of {x.shape[1]}")
-        v = x[r_idx, feat]
+        # a leaf's feature id is not a column: read column 0 there (not used)
+        v = x[r_idx, np.where(live, forest.feature[at], 0)]
         th = forest.value[at].astype(v.dtype, copy=False)
         with np.errstate(invalid="ignore"):
             go = np.select(
@@ -112,55 +141,35 @@ def leaf_indices(forest: _Forest, x: np.ndarray) -> np.ndarray:
     raise OpError("tree ensemble: a tree has a cycle (no leaf reached)")
 
 
-def _leaf_weights(forest: _Forest, attrs: dict[str, Any], prefix: str) -> tuple[list, np.ndarray, np.ndarray]:
-    """Per node index, the list of (weight entry) indices in attribute order; the entries'
-    output columns and weights."""
-    trees = list(attrs[f"{prefix}_treeids"])
-    nodes = list(attrs[f"{prefix}_nodeids"])
-    cols = np.asarray(list(attrs[f"{prefix}_ids"]), np.int64)
-    weights = _attr(attrs, f"{prefix}_weights", np.float32)
-    assert weights is not None
-    per_node: list[list[int]] = [[] for _ in range(forest.rule.size)]
-    for k, (t, n) in enumerate(zip(trees, nodes)):
-        j = forest.index.get((int(t), int(n)))
-        if j is not None:
-            per_node[j].append(k)
-    return per_node, cols, weights
-
-
-def _entries(leaves: np.ndarray, per_node: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
-    """(row, entry) pairs in the reference's order: row by row, tree by tree, each leaf's
-    entries in attribute order (the ragged per-node lists as one flat array and offsets)."""
-    counts = np.array([len(ks) for ks in per_node], np.int64)
-    flat = np.array([k for ks in per_node for k in ks], np.int64)
-    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-    reached = leaves.reshape(-1)
-    n = counts[reached]
-    total = int(n.sum())
-    rows = np.repeat(np.repeat(np.arange(leaves.shape[0], dtype=np.int64), leaves.shape[1]), n)
-    # position within each leaf's run: a running index less the run's start
-    run_start = np.repeat(np.cumsum(n) - n, n)
-    entries = flat[np.repeat(offsets[reached], n) + np.arange(total, dtype=np.int64) - run_start]
-    return rows, entries
-
-
 def _as_2d(x: np.ndarray) -> np.ndarray:
     return x.reshape(1, -1) if x.ndim == 1 else x
 
 
+def _rows(x: np.ndarray) -> np.ndarray:
+    x = _as_2d(np.asarray(x))
+    return x if x.dtype in (np.float32, np.float64) else x.astype(np.float32)
+
+
 @register("TreeEnsembleRegressor", ML_DOMAIN)
 def tree_ensemble_regressor(ctx: OpContext, x: np.ndarray, **attrs: Any) -> np.ndarray:
-    x = _as_2d(np.asarray(x))
-    if x.dtype not in (np.float32, np.float64):
-        x = x.astype(np.float32)
-    forest = _Forest(attrs)
+    return regress(Forest(attrs, "target"), attrs, x)
+
+
+@register("TreeEnsembleClassifier", ML_DOMAIN)
+def tree_ensemble_classifier(ctx: OpContext, x: np.ndarray, **attrs: Any) -> tuple[np.ndarray, np.ndarray]:
+    return classify(Forest(attrs, "class"), attrs, x)
+
+
+def regress(forest: Forest, attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    """TreeEnsembleRegressor of ``forest`` (built from ``attrs`` with prefix "target")."""
+    x = _rows(x)
     leaves = leaf_indices(forest, x)
-    per_node, cols, weights = _leaf_weights(forest, attrs, "target")
+    cols, weights = forest.cols, forest.weights
     n_targets = int(attrs.get("n_targets", 1))
     agg = attrs.get("aggregate_function", "SUM")
     agg = agg.decode() if isinstance(agg, bytes) else agg
     res = np.zeros((x.shape[0], n_targets), dtype=x.dtype)
-    rows, ks = _entries(leaves, per_node)
+    rows, ks = forest.entries(leaves)
     w = weights[ks].astype(res.dtype, copy=False)
     if agg in ("SUM", "AVERAGE"):
         np.add.at(res, (rows, cols[ks]), w)
@@ -175,7 +184,7 @@ def tree_ensemble_regressor(ctx: OpContext, x: np.ndarray, **attrs: Any) -> np.n
             f"TreeEnsembleRegressor: aggregate_function {agg!r} is not one of SUM, AVERAGE, MIN, MAX"
         )
     if agg == "AVERAGE":
-        res /= len(forest.tree_ids)
+        res /= forest.roots.size
     base = _attr(attrs, "base_values", np.float32)
     if base is not None:
         res[:, :] += np.asarray(base).reshape((1, -1))
@@ -186,28 +195,25 @@ def tree_ensemble_regressor(ctx: OpContext, x: np.ndarray, **attrs: Any) -> np.n
     return res
 
 
-@register("TreeEnsembleClassifier", ML_DOMAIN)
-def tree_ensemble_classifier(ctx: OpContext, x: np.ndarray, **attrs: Any) -> tuple[np.ndarray, np.ndarray]:
+def classify(forest: Forest, attrs: dict[str, Any], x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """TreeEnsembleClassifier of ``forest`` (built from ``attrs`` with prefix "class")."""
     from onnx.reference.ops.aionnxml._common_classifier import logistic, probit, softmax, softmax_zero
 
-    x = _as_2d(np.asarray(x))
-    if x.dtype not in (np.float32, np.float64):
-        x = x.astype(np.float32)
-    forest = _Forest(attrs)
+    x = _rows(x)
     leaves = leaf_indices(forest, x)
-    per_node, cols, weights = _leaf_weights(forest, attrs, "class")
+    cols, weights = forest.cols, forest.weights
     ints = attrs.get("classlabels_int64s")
     strings = attrs.get("classlabels_strings")
     n_classes = max(len(ints or []), len(strings or []))
     res = np.empty((x.shape[0], n_classes), dtype=np.float32)
     base = _attr(attrs, "base_values", np.float32)
     res[:, :] = 0 if base is None else np.asarray(base, np.float32).reshape((1, -1))
-    rows, ks = _entries(leaves, per_node)
+    rows, ks = forest.entries(leaves)
     np.add.at(res, (rows, cols[ks]), weights[ks].astype(np.float32, copy=False))
     post = attrs.get("post_transform", "NONE")
     post = post.decode() if isinstance(post, bytes) else post
     classes = ints or strings
-    if len(set(cols.tolist())) == 1:  # binary: one class id column
+    if forest.one_column:  # binary: one class id column
         if res.shape[1] == len(classes) == 1:
             two = np.zeros((res.shape[0], 2), res.dtype)
             two[:, 1] = res[:, 0]

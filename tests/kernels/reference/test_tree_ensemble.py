@@ -97,7 +97,10 @@ def model(op: str, attrs: dict, outputs: list):
 
 def check(m, x: np.ndarray, against_ort: bool = True) -> None:
     ours = quanta.InferenceSession(m, backend="reference").run(None, {"x": x})
-    native = quanta.InferenceSession(m).run(None, {"x": x})
+    sess = quanta.InferenceSession(m)
+    assert not sess.fallbacks  # the native binder: one Forest per node, kept across runs
+    sess.run(None, {"x": x[::-1].copy()})  # the first run builds it, on other rows
+    native = sess.run(None, {"x": x})
     spec = ReferenceEvaluator(m).run(None, {"x": x})
     theirs = (
         ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
@@ -241,3 +244,16 @@ def test_neq_of_a_nan_follows_the_missing_track_onnxruntime_takes_true() -> None
     )[0]
     assert ours.ravel().tolist() == [-7.0, -7.0, 10.0]  # NaN: the false branch its track names
     assert theirs.ravel().tolist() == [10.0, -7.0, 10.0]
+
+
+def test_an_input_narrower_than_the_features_read_names_itself() -> None:
+    rng = np.random.default_rng(4)
+    f = forest(rng, trees=3, depth=3, outputs=1, modes=ORT_MODES)
+    t, n, c, v = f["weights"]
+    attrs = dict(f["nodes"], target_treeids=t, target_nodeids=n, target_ids=c, target_weights=v, n_targets=1)
+    m = model("TreeEnsembleRegressor", attrs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m.graph.input[0].type.tensor_type.shape.dim[1].Clear()  # no declared width: the op checks it
+    widest = max(fid for fid, mode in zip(attrs["nodes_featureids"], attrs["nodes_modes"]) if mode != "LEAF")
+    for backend in ("reference", "native"):
+        with pytest.raises(Exception, match=f"reads feature {widest} of an input of {widest}"):
+            quanta.InferenceSession(m, backend=backend).run(None, {"x": np.zeros((2, widest), np.float32)})
