@@ -100,25 +100,28 @@ def macs(node: Node, shapes: Mapping[str, tuple[int, ...]] | None = None) -> int
     if kind in (MacKind.MATMUL, MacKind.GEMM):
         if out is None:
             return 0
-        a, b = node.input(0), node.input(1)
-        sa, sb = shape_of(a), shape_of(b)
-        if sa:
-            k = _dims(sa)[-1]
-            if kind is MacKind.GEMM and node.attrs.get("transA", 0):
-                k = _dims(sa)[0]
-        elif sb:
-            # the data operand's shape unknown (a DequantizeLinear output after an op
-            # that shape inference does not know, e.g. an ai.onnx.ml Scaler): the
-            # reduction length from the weight, [K, N] ([N, K] for Gemm's transB)
-            db = _dims(sb)
-            if kind is MacKind.GEMM:
-                k = db[1] if node.attrs.get("transB", 0) else db[0]
-            else:
-                k = db[-2] if len(db) >= 2 else db[0]
-        else:
+        sa, sb = shape_of(node.input(0)), shape_of(node.input(1))
+        src = _k_axis(node, bool(sa), sb)
+        if src is None:
             return 0
-        return int(np.prod(_dims(out), dtype=np.int64) * k)
+        operand, axis = src
+        return int(np.prod(_dims(out), dtype=np.int64) * _dims(sa if operand == 0 else sb)[axis])
     return 0
+
+
+def _k_axis(node: Node, a_has_shape: bool, b_shape) -> tuple[int, int] | None:
+    """(input, axis) a MatMul / Gemm's reduction length K is read from: a's last axis (its
+    first under Gemm's transA); when a has no shape (a DequantizeLinear output after an
+    op that shape inference does not know, e.g. an ai.onnx.ml Scaler), the weight's
+    [K, N] axis ([N, K] under Gemm's transB); None when neither has a shape."""
+    gemm = node.op_type == "Gemm"
+    if a_has_shape:
+        return 0, 0 if gemm and node.attrs.get("transA", 0) else -1
+    if not b_shape:
+        return None
+    if gemm:
+        return 1, 1 if node.attrs.get("transB", 0) else 0
+    return 1, -2 if len(b_shape) >= 2 else 0
 
 
 def _einsum_label_sizes(node: Node, shape_of) -> dict[str, int] | None:
@@ -169,17 +172,19 @@ def counted_with_symbolic_dims(node: Node, shapes: Mapping[str, tuple[int, ...]]
         if unknown(out, every):
             return True
         a, b = node.input(0), node.input(1)
-        k = slice(0, 1) if kind is MacKind.GEMM and node.attrs.get("transA", 0) else slice(-1, None)
-        if a is not None and a.shape is None and not (shapes and a.name in shapes) and b is not None:
-            # macs reads K from the weight then (an operand of unknown rank)
-            if kind is MacKind.GEMM:
-                kb = slice(1, 2) if node.attrs.get("transB", 0) else slice(0, 1)
-            else:
-                kb = slice(-2, -1) if b.shape is not None and len(b.shape) >= 2 else slice(0, 1)
-            return (b.shape is None and not (shapes and b.name in shapes)) or (
-                b.shape is not None and unknown(b, kb)
-            )
-        return unknown(a, k)
+
+        def seen(v) -> tuple | None:  # a shape of v's rank as macs' shape_of finds one
+            if v is None:
+                return None
+            if shapes and v.name in shapes:
+                return tuple(shapes[v.name])
+            return v.shape
+
+        src = _k_axis(node, bool(seen(a)), seen(b))
+        if src is None:
+            return True
+        operand, axis = src
+        return unknown(node.input(operand), slice(axis, axis + 1 or None))
     return False
 
 
