@@ -34,16 +34,11 @@ import numpy as np
 from quanta.ir.graph import Graph, Node, Value
 from quanta.ir.types import elem_from_numpy
 from quanta.passes.manager import Pass, PassResult
+from quanta.passes.rules.fuse_lstm_gates import only_consumer
 
 __all__ = ["FuseGRUGates"]
 
 _F32 = elem_from_numpy(np.float32)
-
-
-def _only_consumer(v: Value, outputs: set[int]) -> Node | None:
-    if id(v) in outputs or len(v.uses) != 1:
-        return None
-    return v.uses[0][0]
 
 
 def _op(v: Value | None, op_type: str) -> Node | None:
@@ -100,7 +95,7 @@ def _match(tanh: Node, outputs: set[int]) -> tuple[list[Node], list[int], Value,
     if id(t) in outputs or len(t.uses) != 2:
         return None
     add_n = _op(tanh.input(0), "Add")
-    if add_n is None or _only_consumer(add_n.outputs[0], outputs) is not tanh:
+    if add_n is None or only_consumer(add_n.outputs[0], outputs) is not tanh:
         return None
     # Add(x_N, Mul(h_N, r))
     for mv, xn in ((add_n.input(0), add_n.input(1)), (add_n.input(1), add_n.input(0))):
@@ -131,31 +126,31 @@ def _match(tanh: Node, outputs: set[int]) -> tuple[list[Node], list[int], Value,
             add_o = next((u for u in uses if u.op_type == "Add" and not u.domain and u is not add_n), None)
             if sub is None or add_o is None:
                 continue
-            mul_z = _only_consumer(sub.outputs[0], outputs)
+            mul_z = only_consumer(sub.outputs[0], outputs)
             if mul_z is None or mul_z.op_type != "Mul" or mul_z.domain:
                 continue
             zv = mul_z.input(1) if mul_z.input(0) is sub.outputs[0] else mul_z.input(0)
             sig_z = _op(zv, "Sigmoid")
-            if sig_z is None or _only_consumer(sig_z.outputs[0], outputs) is not mul_z:
+            if sig_z is None or only_consumer(sig_z.outputs[0], outputs) is not mul_z:
                 continue
             add_z = _op(sig_z.input(0), "Add")
             kz = _pair(add_z, sx, sh)
             if add_z is None or kz is None or kz in (kr, kn):
                 continue
-            if _only_consumer(mul_z.outputs[0], outputs) is not add_o:
+            if only_consumer(mul_z.outputs[0], outputs) is not add_o:
                 continue
             # rows may differ by name (an exporter names each input's batch axis): a row of
             # 1 broadcasts in the fused node as in these, another mismatch fails in both
             h = sub.input(0)
             if h is None or h.elem != _F32 or h.shape is None or len(h.shape) != 2 or h.shape[1] != hs:
                 continue
-            if any(_only_consumer(v, outputs) is None for v in [*sx.outputs, *sh.outputs]):
+            if any(only_consumer(v, outputs) is None for v in [*sx.outputs, *sh.outputs]):
                 continue
             if (
-                _only_consumer(add_r.outputs[0], outputs) is not sig_r
-                or _only_consumer(sig_r.outputs[0], outputs) is not mul_r
-                or _only_consumer(mul_r.outputs[0], outputs) is not add_n
-                or _only_consumer(add_z.outputs[0], outputs) is not sig_z
+                only_consumer(add_r.outputs[0], outputs) is not sig_r
+                or only_consumer(sig_r.outputs[0], outputs) is not mul_r
+                or only_consumer(mul_r.outputs[0], outputs) is not add_n
+                or only_consumer(add_z.outputs[0], outputs) is not sig_z
             ):
                 continue
             nodes = [sx, sh, add_r, sig_r, add_z, sig_z, mul_r, add_n, tanh, sub, mul_z, add_o]

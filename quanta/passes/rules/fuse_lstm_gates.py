@@ -35,7 +35,9 @@ __all__ = ["FuseLSTMGates"]
 _F32 = elem_from_numpy(np.float32)
 
 
-def _only_consumer(v: Value, outputs: set[int]) -> Node | None:
+def only_consumer(v: Value, outputs: set[int]) -> Node | None:
+    """The one node that reads ``v`` (None when several do, or ``v`` is a graph output,
+    ``outputs`` holding their ids): a value a fused step may take over."""
     if id(v) in outputs or len(v.uses) != 1:
         return None
     return v.uses[0][0]
@@ -77,13 +79,13 @@ def _match(split: Node, outputs: set[int]) -> tuple[list[Node], list[int], Value
         return None
     acts: list[Node] = []
     for a in split.outputs:
-        act = _only_consumer(a, outputs)
+        act = only_consumer(a, outputs)
         if act is None or act.domain or act.op_type not in ("Sigmoid", "Tanh"):
             return None
         acts.append(act)
     if sorted(a.op_type for a in acts) != ["Sigmoid", "Sigmoid", "Sigmoid", "Tanh"]:
         return None
-    mul_of = [_only_consumer(a.outputs[0], outputs) for a in acts]
+    mul_of = [only_consumer(a.outputs[0], outputs) for a in acts]
     if any(m is None or m.op_type != "Mul" or m.domain for m in mul_of):
         return None
     g = next(k for k, a in enumerate(acts) if a.op_type == "Tanh")
@@ -98,7 +100,7 @@ def _match(split: Node, outputs: set[int]) -> tuple[list[Node], list[int], Value
         m0, m2 = mul_of[f], mul_of[o]
         if m0 is m2 or m0 is m1 or m2 is m1:
             return None
-        add = _only_consumer(m0.outputs[0], outputs)
+        add = only_consumer(m0.outputs[0], outputs)
         if (
             add is None
             or add.op_type != "Add"
@@ -117,8 +119,8 @@ def _match(split: Node, outputs: set[int]) -> tuple[list[Node], list[int], Value
             or tanh_c.op_type != "Tanh"
             or tanh_c.domain
             or tanh_c.input(0) is not c_new
-            or _only_consumer(t2, outputs) is not m2
-            or _only_consumer(m1.outputs[0], outputs) is not add
+            or only_consumer(t2, outputs) is not m2
+            or only_consumer(m1.outputs[0], outputs) is not add
         ):
             continue
         nodes = [split, *acts, m0, m1, add, tanh_c, m2]
