@@ -32,6 +32,7 @@ import threading
 from typing import TYPE_CHECKING
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 if TYPE_CHECKING:
     from quanta.quantize.recipe import Recipe
@@ -144,6 +145,17 @@ def _native_column_loop():
     except ImportError:  # a build without the extension: the NumPy loop
         return None
     return getattr(_native, "gptq_block_f64", None)
+
+
+def _native_conv_gram():
+    """The native Gram of a convolution's narrow 8-bit rows (quantize/conv_gram.h: the
+    exact sums :meth:`RoundedLayer.observe` otherwise forms from im2col in float64), or
+    None without the native module."""
+    try:
+        from quanta.kernels import _native
+    except ImportError:  # a build without the extension: the NumPy path
+        return None
+    return getattr(_native, "conv_gram_u8", None)
 
 
 def _unit_upper_factors(h: np.ndarray, damp: float) -> np.ndarray:
@@ -440,15 +452,29 @@ class RoundedLayer:
         rows = len(codes) * ho * wo
         odd = self._half(rows, rows * m2)
         half = self._odd if odd else self._even
+        native = self._native_gram(codes.dtype, k)
+        if not native and codes.dtype == np.uint8 and half.dtype == np.int64:
+            conv_gram = _native_conv_gram()
+            if conv_gram is not None:  # narrow 8-bit Grams (depthwise, a stem): summed natively
+                if not half.flags.writeable:  # a state received from another process
+                    half = half.copy()
+                    if odd:
+                        self._odd = half
+                    else:
+                        self._even = half
+                conv_gram(np.ascontiguousarray(codes), o, g, (kh, kw), (sh, sw), pads, half)
+                return
+        # a 1x1 convolution of stride 1 without padding reads each position once: its
+        # im2col is the sample itself
+        plain = (kh, kw, sh, sw) == (1, 1, 1, 1) and not any(pads)
         # codes the native GEMM does not take: im2col straight in float64 x_int = c − o
         # (a depthwise layer's K = 9), not in codes converted after the 9x copy
-        native = self._native_gram(codes.dtype, k)
         for sample in codes:  # one sample at a time: the im2col copy stays small
             # zero padding: a real 0 is the zero point, the code o (x_int 0)
             if not native:
                 sample = np.asarray(sample, np.float64) - o
             pad = o if native else 0
-            cols = conv_rows(sample, (kh, kw), (sh, sw), pads, pad)
+            cols = sample if plain else conv_rows(sample, (kh, kw), (sh, sw), pads, pad)
             # rows of group g are its C/g channels × taps, in W.reshape(Cout, -1)'s order
             if native:  # cols is this sample's own array: it may wait in the queue
                 self._queue(odd, cols.reshape(g, k, ho * wo), o)
@@ -583,6 +609,15 @@ def apply_rounding(graph, plan, layers: list[RoundedLayer], recipe: Recipe) -> i
     """Choose the integers of every layer's weight with GPTQ (after resolve_params: the
     scales are final); they go into ``TensorPlan.codes``. Returns the number of weights
     rounded."""
+    # One BLAS thread for the factorizations and products: on a machine whose cores other
+    # processes share, OpenBLAS's spinning threads made EfficientNet-Lite0's Cholesky
+    # factorizations 22x slower (14.3 s against 0.64 s), and one thread keeps the
+    # integers from depending on how many cores split a product.
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _apply_rounding(graph, plan, layers, recipe)
+
+
+def _apply_rounding(graph, plan, layers: list[RoundedLayer], recipe: Recipe) -> int:
     from quanta.quantize.params import quant_range
     from quanta.quantize.qdq import seven_bit
 

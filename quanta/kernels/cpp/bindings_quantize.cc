@@ -12,13 +12,20 @@
 //   gptq_block_f64(w: f64[G, R, n] (in place), w0: f64[G, R, n], s: f64[G, R], v: f64[G, n, n],
 //                  q: f64[G, R, n] (out), d: f64[G, R, n] (out), qmin, qmax) -> None
 //   GPTQ's column loop over one block of columns of G groups (quantize/gptq.h).
+//   conv_gram_u8(x: u8[N, C, H, W], zero_point, groups, kernel (kh, kw), strides (sh, sw),
+//                pads (top, left, bottom, right), out: i64[G, K, K] (added into)) -> None
+//   Σ x_int x_intᵀ over every output position of every sample, per group, exact
+//   (quantize/conv_gram.h).
 #include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include <pybind11/stl.h>
+
 #include "bindings.h"
 #include "dispatch.h"
+#include "quantize/conv_gram.h"
 #include "quantize/gptq.h"
 #include "quantize/histogram.h"
 #include "quantize/quantize.h"
@@ -152,9 +159,54 @@ void gptq_block_f64(const py::handle& w_obj, const py::handle& w0_obj, const py:
   }
 }
 
+void conv_gram_u8(const py::handle& x_obj, int64_t zero_point, int64_t groups, std::vector<int64_t> kernel,
+                  std::vector<int64_t> strides, std::vector<int64_t> pads, const py::handle& out_obj) {
+  const std::string op = "conv_gram_u8";
+  auto x = require_array<uint8_t>(x_obj, "conv_gram_u8: x");
+  auto out = require_array<int64_t>(out_obj, "conv_gram_u8: out");
+  if (x.ndim() != 4) throw py::value_error(op + ": x: expected [N, C, H, W] uint8 codes");
+  if (kernel.size() != 2 || strides.size() != 2 || pads.size() != 4) {
+    throw py::value_error(op + ": expected kernel (kh, kw), strides (sh, sw) and pads (top, left, bottom, right)");
+  }
+  if (zero_point < 0 || zero_point > 255) throw py::value_error(op + ": zero_point: expected a code in [0, 255]");
+  const int64_t n = x.shape(0), c = x.shape(1);
+  if (groups <= 0 || c % groups != 0) {
+    throw py::value_error(op + ": " + std::to_string(c) + " channels do not split into " + std::to_string(groups) +
+                          " groups");
+  }
+  for (int64_t v : {kernel[0], kernel[1], strides[0], strides[1]}) {
+    if (v <= 0) throw py::value_error(op + ": kernel sizes and strides must be positive");
+  }
+  for (int64_t v : pads) {
+    if (v < 0) throw py::value_error(op + ": pads must not be negative");
+  }
+  conv_gram::Args a{x.data(), c,         x.shape(2), x.shape(3), static_cast<int32_t>(zero_point),
+                    groups,   kernel[0], kernel[1],  strides[0], strides[1],
+                    pads[0],  pads[1],   pads[2],    pads[3],    nullptr};
+  const int64_t k = conv_gram::rows(a);
+  if (shape_of(out) != std::vector<int64_t>{groups, k, k}) {
+    throw py::value_error(op + ": out: expected shape " + shape_str({groups, k, k}) + ", got shape " +
+                          shape_str(shape_of(out)));
+  }
+  if (!out.writeable()) throw py::value_error(op + ": out: expected a writeable array");
+  a.out = out.mutable_data();
+  const int64_t sample = c * x.shape(2) * x.shape(3);
+  const uint8_t* base = x.data();
+  const Isa isa = active_isa();
+  py::gil_scoped_release release;
+  for (int64_t i = 0; i < n; ++i) {
+    a.x = base + i * sample;
+    conv_gram::accumulate(a, isa);
+  }
+}
+
 }  // namespace
 
 void register_quantize(py::module_& m) {
+  m.def("conv_gram_u8", &conv_gram_u8, py::arg("x"), py::arg("zero_point"), py::arg("groups"), py::arg("kernel"),
+        py::arg("strides"), py::arg("pads"), py::arg("out"),
+        "out[g] += Σ_p x_int(p) x_int(p)ᵀ over a convolution's output positions (quantize/conv_gram.h; "
+        "rounding.RoundedLayer).");
   m.def("gptq_block_f64", &gptq_block_f64, py::arg("w"), py::arg("w0"), py::arg("s"), py::arg("v"), py::arg("q"),
         py::arg("d"), py::arg("qmin"), py::arg("qmax"),
         "GPTQ's column loop over one block of columns (quantize/gptq.h; rounding.gptq_round_groups).");
