@@ -28,10 +28,12 @@ and ``q - z`` of two int4 (or two uint4) codes lies in [-15, 15], so the int8 co
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from quanta.ir.graph import Value, result_type
-from quanta.ir.types import QuantType
+from quanta.ir.types import QuantType, TensorType, elem_from_numpy
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import describe, node_qtype
 
@@ -175,11 +177,13 @@ class WidenFourBitWeight(Rule):
         # eq. (W10): q - z of 4-bit codes lies in [-15, 15]
         wide = (codes - zp).astype(np.int8)
         scale_shape = np.asarray(m.const("s")).shape
+        storage = elem_from_numpy(np.dtype(np.int8))
+        qt = dataclasses.replace(q, storage=storage, zero_point=(0,) * len(q.zero_point))
         node = m.root
         return b.op(
             "DequantizeLinear",
             [
-                b.const(f"{m['w'].name}_int8", wide),
+                b.const(f"{m['w'].name}_int8", wide, TensorType(qt, wide.shape)),
                 m["s"],
                 b.const(f"{m['w'].name}_int8_zero_point", np.zeros(scale_shape, np.int8)),
             ],
