@@ -274,3 +274,87 @@ def test_weight_per_block_along_n_stays_float_and_says_why(storage):
     ort = pytest.importorskip("onnxruntime")
     o = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, feed)[0]
     assert np.max(np.abs(o - y)) <= 0.3 * 1.0001
+
+
+def _small_cnn() -> onnx.ModelProto:
+    """A float CNN built by code: Conv 3->17 (bias), depthwise 17 (bias), Relu, Conv 17->7
+    (no bias), Flatten, Gemm 7*6*5=210 -> 33 (bias), MatMul 33 -> 19 (channels on axis 1)."""
+    rng = np.random.default_rng(8)
+
+    def init(name, shape, scale):
+        return numpy_helper.from_array(rng.normal(0, scale, shape).astype(F32), name)
+
+    inits = [
+        init("w1", (17, 3, 3, 3), 0.3),
+        init("b1", (17,), 0.1),
+        init("w2", (17, 1, 3, 3), 0.3),
+        init("b2", (17,), 0.1),
+        init("w3", (7, 17, 1, 1), 0.3),
+        init("w4", (33, 210), 0.1),
+        init("b4", (33,), 0.1),
+        init("w5", (33, 19), 0.2),
+    ]
+    p1 = {"pads": [1, 1, 1, 1], "kernel_shape": [3, 3]}
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="c1", **p1),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], name="dw", group=17, **p1),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w3"], ["c3"], name="c3", kernel_shape=[1, 1]),
+        helper.make_node("Flatten", ["c3"], ["f"]),
+        helper.make_node("Gemm", ["f", "w4", "b4"], ["g"], name="fc", transB=1),
+        helper.make_node("MatMul", ["g", "w5"], ["y"], name="mm"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 19])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("per_channel", [True, False], ids=["per_channel", "per_tensor"])
+@pytest.mark.parametrize("weight_type", ["QInt4", "QUInt4"])
+def test_ort_quantizer_int4_file_runs_integer(tmp_path, weight_type, per_channel):
+    """ONNX Runtime's own int4 / uint4 QDQ file (opset 17: every Q / DQ com.microsoft)."""
+    oq = pytest.importorskip("onnxruntime.quantization")
+    ort = pytest.importorskip("onnxruntime")
+    src, dst = tmp_path / "cnn.onnx", tmp_path / "cnn_int4.onnx"
+    onnx.save(_small_cnn(), src)
+    rng = np.random.default_rng(2)
+    feeds = [{"x": rng.normal(0, 1, (1, 3, 6, 5)).astype(F32)} for _ in range(6)]
+
+    class Reader(oq.CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(feeds)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    oq.quantize_static(
+        str(src),
+        str(dst),
+        Reader(),
+        quant_format=oq.QuantFormat.QDQ,
+        weight_type=getattr(oq.QuantType, weight_type),
+        activation_type=oq.QuantType.QUInt8,
+        per_channel=per_channel,
+    )
+    model = onnx.load(dst)
+    storage = {TensorProto.INT4: "QInt4", TensorProto.UINT4: "QUInt4"}
+    assert {storage.get(t.data_type) for t in model.graph.initializer} >= {weight_type}
+    report = lowered_coverage(load(model))
+    assert report.integer_share == 1.0, report.format()
+    assert len(report.nodes) == 5
+    blob = model.SerializeToString()
+    feed = {"x": np.random.default_rng(9).normal(0, 1, (1, 3, 6, 5)).astype(F32)}
+    sess = quanta.InferenceSession(blob)
+    assert not reference_steps(sess.plan)
+    y = sess.run(None, feed)[0]
+    assert np.array_equal(y, quanta.InferenceSession(blob, backend="reference").run(None, feed)[0])
+    o = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    last = next(n for n in model.graph.node if n.output[0] == "y")
+    step = float(numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == last.input[1])))
+    assert np.max(np.abs(o - y)) <= step * 1.0001
