@@ -186,6 +186,12 @@ class MsQdqToOnnx(Rule):
         if str(elem) not in ("u8", "i8", "u16", "i16", "i32"):
             # 4-bit weights: WidenFourBitWeight (passes/lower/w4.py) writes them as int8
             return NoMatch(f"the zero point is {elem}: only 8-, 16- and 32-bit integer storage is converted")
+        if str(elem) == "i32" and (
+            m.root.op_type != "DequantizeLinear" or not z.is_const or np.any(np.asarray(z.const) != 0)
+        ):
+            # ai.onnx DequantizeLinear takes int32 codes with a zero point of 0 only (the
+            # contrib op subtracts any: reference/ms_qops.py); QuantizeLinear none
+            return NoMatch("int32 codes convert for a DequantizeLinear with a constant zero point of 0 only")
         sv = m["s"]
         if sv.type is None or str(sv.type.elem) != "f32":
             # float16 scales: the contrib op rounds in its own precision (reference/ms_qops.py)
