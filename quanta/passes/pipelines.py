@@ -289,6 +289,7 @@ def lower_qdq(
     from quanta.passes.lower.requant_params import CarryRequantization
     from quanta.passes.lower.softmax_quant import FuseSoftmaxQuantPass
     from quanta.passes.lower.transpose_view import TransposeAsViewPass
+    from quanta.passes.lower.w4 import WidenFourBitWeightsPass
     from quanta.passes.lower.wide import MsQdqToOnnxPass
     from quanta.passes.rules.fuse_gelu import FuseGeluPass
     from quanta.passes.rules.fuse_layer_norm import FuseLayerNormPass
@@ -299,6 +300,8 @@ def lower_qdq(
     refine = RefineShapes(opset_imports or {"": opset})
     return [
         MsQdqToOnnxPass(),  # ORT's 16-bit contrib Q/DQ -> ai.onnx (the QLinear*16 groups)
+        # int4 / uint4 weights per tensor or channel -> int8 codes (the 8-bit groups, eq. (W10))
+        WidenFourBitWeightsPass(),
         # CastLike -> Cast: ONNX's function bodies (Attention-23, written out) keep their
         # CastLikes in a quantized file's float part; Cast runs natively and folds below
         RewritePass([CastLikeToCast()]),

@@ -94,6 +94,13 @@ def _check_consts(m: Match, *names: str) -> NoMatch | None:
 def _check_8bit(q: QuantType | None, what: str, *, per_tensor: bool = True) -> NoMatch | None:
     if q is None:
         return NoMatch(f"{what} has no constant quantization parameters")
+    if q.block is not None:
+        # a scale per block of a row or column has no single sx·sw per output channel
+        # (ORT's BlockSize along N: scales [K, N / B]); per block along K: MatMulW4A8 (w4.py)
+        return NoMatch(
+            f"{what} is quantized per block of {q.block} along axis {q.axis}; the integer kernels "
+            "take one scale per tensor or per output channel"
+        )
     if str(q.storage) not in STORAGE_8BIT:
         return NoMatch(f"{what} is stored as {q.storage}; the integer kernels take u8 or i8")
     if per_tensor and q.axis is not None:

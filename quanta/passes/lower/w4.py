@@ -11,16 +11,39 @@ own ``sa·sw_b`` and the blocks are summed in float32 in order (W4), one roundin
 per block than the float group's, which sums dequantized products in float32 too.
 A weight-only file (float activations: ``DQ(w)`` only) is not matched: its MatMul stays
 float and FoldFloatWeight dequantizes the weight once.
+
+4-bit weights with one scale per tensor or per channel (ONNX Runtime's
+``quantize_static(weight_type=QInt4 | QUInt4)``, per_channel or not) are 8-bit weights with
+fewer codes: before the lowering, ``WidenFourBitWeight`` writes each as int8 with zero
+point 0, so the 8-bit rules take their Conv / Gemm / MatMul groups (QLinearConv, QGemm,
+QLinearMatMul, MatMulIntegerToFloat) and the prepacked int8 kernels run them::
+
+    DequantizeLinear(w: int4 | uint4 const, s, z?) {axis}        (ai.onnx or com.microsoft)
+      -> DequantizeLinear(w - z: int8 const, s, 0: int8) {axis}                 (WidenFourBitWeight)
+
+Exact (docs/quantization-math.md eq. (W10)): DequantizeLinear computes ``f32((q - z)·s)``,
+and ``q - z`` of two int4 (or two uint4) codes lies in [-15, 15], so the int8 code
+``q - z`` with zero point 0 dequantizes to the same float32 bits channel by channel. Weights quantized per block keep their 4-bit codes (MatMulW4A8 above).
 """
 
 from __future__ import annotations
 
-from quanta.ir.graph import Value, result_type
-from quanta.ir.types import QuantType
-from quanta.passes.pattern import Builder, Match, NoMatch, Rule
-from quanta.passes.rules._util import describe
+import dataclasses
 
-__all__ = ["LowerMatMulW4A8", "LowerMatMulW4A8FloatOutput", "w4_rules"]
+import numpy as np
+
+from quanta.ir.graph import Value, result_type
+from quanta.ir.types import QuantType, TensorType, elem_from_numpy
+from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
+from quanta.passes.rules._util import describe, node_qtype
+
+__all__ = [
+    "LowerMatMulW4A8",
+    "LowerMatMulW4A8FloatOutput",
+    "WidenFourBitWeight",
+    "WidenFourBitWeightsPass",
+    "w4_rules",
+]
 
 QUANTA_DOMAIN = "quanta"
 
@@ -111,6 +134,72 @@ class LowerMatMulW4A8FloatOutput(Rule):
 def w4_rules() -> list[Rule]:
     """The W4A8 rules, in the order lower_rules tries them."""
     return [LowerMatMulW4A8(), LowerMatMulW4A8FloatOutput()]
+
+
+class WidenFourBitWeight(Rule):
+    """``DequantizeLinear(w: int4|uint4 const, s, z?)`` per tensor or per channel ->
+    ``DequantizeLinear(w - z: int8 const, s, 0)`` (eq. (W10)); the ai.onnx op either way."""
+
+    pattern = "y = DequantizeLinear|com.microsoft::DequantizeLinear(w, s, z?)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        w = m["w"]
+        if not w.is_const:
+            return NoMatch(f"{describe(w)} is not a constant", "pattern")
+        codes = np.asarray(w.const)
+        if codes.dtype.name not in ("int4", "uint4"):
+            return NoMatch(f"{describe(w)} is not stored in 4 bits", "pattern")
+        if not m.all_const("s", "z"):
+            return NoMatch(f"the parameters of {describe(w)} are not constants")
+        q = node_qtype(m.root, w, m["s"], m["z"])
+        if not isinstance(q, QuantType) or str(q.storage) not in ("i4", "u4"):
+            return NoMatch(f"the scale / zero point of {describe(w)} do not describe an int4 / uint4 type")
+        if q.block is not None:
+            return NoMatch(f"{describe(w)} is quantized per block (MatMulW4A8 takes it)")
+        if set(m.root.attrs) - {"axis"}:
+            return NoMatch(f"attributes {sorted(set(m.root.attrs) - {'axis'})} have no 8-bit equivalent here")
+        if m.root.domain and str(np.asarray(m.const("s")).dtype) != "float32":
+            # the contrib op computes in its scale's precision (reference/ms_qops.py)
+            return NoMatch(f"scale {describe(m['s'])} of a com.microsoft DequantizeLinear is not float32")
+        m.data["q"] = q
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        q: QuantType = m.data["q"]
+        codes = np.asarray(m.const("w")).astype(np.int16)
+        zp = np.asarray(q.zero_point, np.int16)
+        if q.axis is not None and codes.ndim:
+            shape = [1] * codes.ndim
+            shape[q.axis % codes.ndim] = zp.size
+            zp = zp.reshape(shape)
+        else:
+            zp = zp.reshape(())
+        # eq. (W10): q - z of 4-bit codes lies in [-15, 15]
+        wide = (codes - zp).astype(np.int8)
+        scale_shape = np.asarray(m.const("s")).shape
+        storage = elem_from_numpy(np.dtype(np.int8))
+        qt = dataclasses.replace(q, storage=storage, zero_point=(0,) * len(q.zero_point))
+        node = m.root
+        return b.op(
+            "DequantizeLinear",
+            [
+                b.const(f"{m['w'].name}_int8", wide, TensorType(qt, wide.shape)),
+                m["s"],
+                b.const(f"{m['w'].name}_int8_zero_point", np.zeros(scale_shape, np.int8)),
+            ],
+            dict(node.attrs),
+            types=m["y"].type,
+            attr_types=node.attr_types,
+            name=node.name or None,
+        )
+
+
+class WidenFourBitWeightsPass(RewritePass):
+    """:class:`WidenFourBitWeight` as a pass (in ``pipelines.lower_qdq``, before constant
+    folding, which keeps an ai.onnx DequantizeLinear of a constant weight)."""
+
+    name = "widen_4bit_weights"
+    rules = (WidenFourBitWeight(),)
 
 
 # Imported last: qdq_to_qlinear builds its rule list (which includes this module's rules)

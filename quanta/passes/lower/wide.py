@@ -171,7 +171,8 @@ class MsQdqToOnnx(Rule):
     """``com.microsoft::QuantizeLinear|DequantizeLinear`` -> the ai.onnx op (integer storage).
 
     ONNX Runtime's quantizer writes 16-bit Q/DQ in its contrib domain (``use_qdq_contrib_ops``,
-    which ai.onnx opsets before 21 required), the 8-bit weights of such a file too; the two
+    which ai.onnx opsets before 21 required), the 8-bit weights and int32 biases of such a
+    file too (the int32 bias then reaches the lowering as its integers); the two
     ops compute the same map (eq. (2)) with float32 scales, so the groups become visible to constant folding
     (which keeps ai.onnx DequantizeLinear of a constant weight) and to the lowering rules."""
 
@@ -182,8 +183,15 @@ class MsQdqToOnnx(Rule):
         if z is None or z.type is None:
             return NoMatch("no zero point: the storage type is not known")
         elem = z.type.elem.storage if isinstance(z.type.elem, QuantType) else z.type.elem
-        if str(elem) not in ("u8", "i8", "u16", "i16"):
-            return NoMatch(f"the zero point is {elem}: only 8- and 16-bit integer storage is converted")
+        if str(elem) not in ("u8", "i8", "u16", "i16", "i32"):
+            # 4-bit weights: WidenFourBitWeight (passes/lower/w4.py) writes them as int8
+            return NoMatch(f"the zero point is {elem}: only 8-, 16- and 32-bit integer storage is converted")
+        if str(elem) == "i32" and (
+            m.root.op_type != "DequantizeLinear" or not z.is_const or np.any(np.asarray(z.const) != 0)
+        ):
+            # ai.onnx DequantizeLinear takes int32 codes with a zero point of 0 only (the
+            # contrib op subtracts any: reference/ms_qops.py); QuantizeLinear none
+            return NoMatch("int32 codes convert for a DequantizeLinear with a constant zero point of 0 only")
         sv = m["s"]
         if sv.type is None or str(sv.type.elem) != "f32":
             # float16 scales: the contrib op rounds in its own precision (reference/ms_qops.py)
