@@ -15,9 +15,9 @@ namespace float_ops {
 
 const Kernels& kernels_for(Isa isa) {
   switch (isa) {
-    case Isa::kAvx512Vnni: return kKernelsAvx512Vnni;
-    case Isa::kAvx2: return kKernelsAvx2;
-    default: return kKernelsPortable;
+    case Isa::kAvx512Vnni: return kernels_avx512vnni();
+    case Isa::kAvx2: return kernels_avx2();
+    default: return kernels_portable();
   }
 }
 

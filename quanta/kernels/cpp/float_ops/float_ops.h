@@ -197,9 +197,12 @@ struct Kernels {
   FromHalfRunFn from_half;
 };
 
-extern const Kernels kKernelsPortable;
-extern const Kernels kKernelsAvx2;
-extern const Kernels kKernelsAvx512Vnni;
+// Each instruction set's table is built on its first use, inside its own file: a table
+// built while the library loads would run that file's instructions on any CPU (an
+// AVX-512 build of the table stopped the library from loading on an AVX2-only CPU).
+const Kernels& kernels_portable();
+const Kernels& kernels_avx2();
+const Kernels& kernels_avx512vnni();
 const Kernels& kernels_for(Isa isa);
 
 // ---- drivers (float_ops.cc) ---------------------------------------------------------------

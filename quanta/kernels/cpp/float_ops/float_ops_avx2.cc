@@ -196,8 +196,11 @@ void from_half_run(const uint16_t* x, float* y, int64_t n) {
 
 }  // namespace
 
-const Kernels kKernelsAvx2 =
-    simd_kernels<F32x8>("avx2", softmax_rows<false>, softmax_rows<true>, layer_norm_rows, to_half_run, from_half_run);
+const Kernels& kernels_avx2() {
+  static const Kernels k =
+      simd_kernels<F32x8>("avx2", softmax_rows<false>, softmax_rows<true>, layer_norm_rows, to_half_run, from_half_run);
+  return k;
+}
 
 }  // namespace float_ops
 }  // namespace quanta

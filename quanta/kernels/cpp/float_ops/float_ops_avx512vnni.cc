@@ -230,8 +230,11 @@ Kernels with_split_erf(Kernels k) {
 
 }  // namespace
 
-const Kernels kKernelsAvx512Vnni = with_split_erf(simd_kernels<F32x16>(
-    "avx512vnni", softmax_rows<false>, softmax_rows<true>, layer_norm_rows, to_half_run, from_half_run));
+const Kernels& kernels_avx512vnni() {
+  static const Kernels k = with_split_erf(simd_kernels<F32x16>("avx512vnni", softmax_rows<false>, softmax_rows<true>,
+                                                               layer_norm_rows, to_half_run, from_half_run));
+  return k;
+}
 
 }  // namespace float_ops
 }  // namespace quanta

@@ -101,22 +101,25 @@ void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t d, const fl
 
 }  // namespace
 
-const Kernels kKernelsPortable = {
-    "portable",
-    {binary_run<BinaryOp::kAdd>, binary_run<BinaryOp::kSub>, binary_run<BinaryOp::kMul>, binary_run<BinaryOp::kDiv>,
-     binary_run<BinaryOp::kMax>, binary_run<BinaryOp::kMin>, binary_run<BinaryOp::kPRelu>},
-    exp_run,
-    softmax_rows_t<false>,
-    softmax_rows_t<true>,
-    layer_norm_rows,
-    {unary_run<erf_one>, unary_run<tanh_one>, unary_run<sigmoid_one>, unary_run<relu_one>, unary_run<gelu_one>,
-     unary_run<gelu_tanh_one>, unary_run<recurrent::logistic_one>, unary_run<recurrent::tanh_one>, unary_run<silu_one>,
-     unary_run<log_one>, unary_run<cos_one>, unary_run<sin_one>, unary_run<expm1_one>, unary_run<gelu_tanh_mlas_one>,
-     unary_run<atan_one>, unary_run<softplus_one>},  // by UnaryOp
-    elu_run,
-    to_half_run,
-    from_half_run,
-};
+const Kernels& kernels_portable() {
+  static const Kernels k = {
+      "portable",
+      {binary_run<BinaryOp::kAdd>, binary_run<BinaryOp::kSub>, binary_run<BinaryOp::kMul>, binary_run<BinaryOp::kDiv>,
+       binary_run<BinaryOp::kMax>, binary_run<BinaryOp::kMin>, binary_run<BinaryOp::kPRelu>},
+      exp_run,
+      softmax_rows_t<false>,
+      softmax_rows_t<true>,
+      layer_norm_rows,
+      {unary_run<erf_one>, unary_run<tanh_one>, unary_run<sigmoid_one>, unary_run<relu_one>, unary_run<gelu_one>,
+       unary_run<gelu_tanh_one>, unary_run<recurrent::logistic_one>, unary_run<recurrent::tanh_one>,
+       unary_run<silu_one>, unary_run<log_one>, unary_run<cos_one>, unary_run<sin_one>, unary_run<expm1_one>,
+       unary_run<gelu_tanh_mlas_one>, unary_run<atan_one>, unary_run<softplus_one>},  // by UnaryOp
+      elu_run,
+      to_half_run,
+      from_half_run,
+  };
+  return k;
+}
 
 }  // namespace float_ops
 }  // namespace quanta
