@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The native kernels on a CPU without AVX-512: QEMU's user-mode emulator with its Haswell
+# model (AVX2 and FMA, no AVX-512: the instruction sets of Zen 2/3 and of client Intel
+# cores) runs the import and the kernel tests, so that no AVX-512 instruction runs outside
+# the AVX-512 paths (a table built while the library loads, a shared inline function one
+# ISA's file compiled) and the AVX2 and portable paths pass their differential tests on
+# a CPU that has nothing more. Skips, saying so, when qemu-user cannot be installed.
+#
+#   .ci/isa_check.sh            # the import, then tests/kernels (~2-3 min)
+#   .ci/isa_check.sh tests/kernels/test_qgemm.py -k boundary
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+PYTHON="$(command -v "${PYTHON:-python}")"
+# the interpreter itself, not a shim script (pyenv's shims are shell scripts)
+PYTHON="$("$PYTHON" -c 'import sys; print(sys.executable)')"
+if ! command -v qemu-x86_64 >/dev/null; then
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-user >/dev/null; } ||
+    { echo "isa_check.sh: qemu-user could not be installed: the AVX2-only run is skipped"; exit 0; }
+fi
+QEMU=(qemu-x86_64 -cpu Haswell)
+# QEMU warns once per CPUID feature its TCG does not model (TSX, x2apic, ...): not ours
+"${QEMU[@]}" "$PYTHON" -c '
+from quanta.kernels import _native
+isa = _native.active_isa()
+assert isa == "avx2", f"expected the avx2 kernels under the Haswell model, got {isa}"
+assert "avx512vnni" not in _native.supported_isas()
+print("isa_check.sh: the native library loads on an AVX2-only CPU:", _native.supported_isas())
+' 2> >(grep -v "TCG doesn.t support requested feature" >&2)
+if [[ "$#" -eq 0 ]]; then
+  set -- "$ROOT/tests/kernels" --ignore="$ROOT/tests/kernels/reference"
+fi
+cd "$ROOT"
+"${QEMU[@]}" "$PYTHON" -m pytest -q -p no:cacheprovider "$@" 2> >(grep -v "TCG doesn.t support requested feature" >&2)
