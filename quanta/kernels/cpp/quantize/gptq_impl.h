@@ -9,8 +9,11 @@
 #include "gptq.h"
 
 namespace quanta {
+// In an anonymous namespace: each instruction set's file keeps its own copy (one inline
+// definition shared by the three files would let the linker keep one build for all).
+namespace {
 
-inline void gptq_block_body(const GptqBlock& b) {
+void gptq_block_body(const GptqBlock& b) {
   const int64_t n = b.n;
   for (int64_t r = 0; r < b.rows; ++r) {
     double* __restrict w = b.w + r * n;
@@ -32,4 +35,5 @@ inline void gptq_block_body(const GptqBlock& b) {
   }
 }
 
+}  // namespace
 }  // namespace quanta
