@@ -145,6 +145,11 @@ def test_native_small_m_matches_twin_bit_for_bit(m, k, n, zp_kind):
     q[:4, :3] = [[0, 15, 15]] * 4
     zp[0, :2] = [15, 0] if zp_kind == "uint8" else 8
     a[0, :4] = [-30.0, 30.0, -30.0, 30.0]
+    # block 1 of row 0: maximum 127, so r = 1 and the codes are rne(a): ties to even
+    a[0, 32:40] = [127.0, 0.5, 1.5, 2.5, -0.5, -2.5, 3.5, -3.5]
+    # the short last block (K mod 32 = 12 or 9) of the last row with an inf: its row is NaN
+    if m > 1:
+        a[m - 1, k - 3] = np.inf
     _check_all_isas(a, q, zp, s, block, b)
 
 

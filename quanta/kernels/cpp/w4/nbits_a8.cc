@@ -41,11 +41,16 @@ void panel_portable(const PanelArgs& p, int rows, int nt) {
 
 namespace {
 
-Panel select(Isa isa) {
+struct Fns {
+  Panel panel;
+  QuantizeRows quantize;
+};
+
+Fns select(Isa isa) {
   switch (isa) {
-    case Isa::kAvx512Vnni: return panel_avx512vnni;
-    case Isa::kAvx2: return panel_avx2;
-    default: return panel_portable;
+    case Isa::kAvx512Vnni: return {panel_avx512vnni, quantize_rows_avx512vnni};
+    case Isa::kAvx2: return {panel_avx2, quantize_rows_avx2};
+    default: return {panel_portable, quantize_rows};
   }
 }
 
@@ -87,15 +92,15 @@ void quantize_rows(const float* a, const Params& p, int64_t r0, int64_t r1, int8
 }
 
 void matmul(const float* a, const Params& p, float* y, int threads) {
-  const Panel panel = select(select_kernel("nbits_a8", "f32s4->f32")->isa);
+  const Fns fns = select(select_kernel("nbits_a8", "f32s4->f32")->isa);
   const int64_t kb = (p.k + p.block - 1) / p.block, ntiles = (p.n + 15) / 16;
   const int64_t panels = (ntiles + 1) / 2;
   const int64_t lda = kb * p.block, wb_stride = p.block * 16;
   std::vector<int8_t> qa(static_cast<size_t>(p.m * lda));
   std::vector<float> sa(static_cast<size_t>(p.m * kb));
   std::vector<int32_t> sqa(static_cast<size_t>(p.m * kb));
-  qgemm::parallel_ranges(
-      threads, p.m, 8, [&](int64_t r0, int64_t r1) { quantize_rows(a, p, r0, r1, qa.data(), sa.data(), sqa.data()); });
+  qgemm::parallel_ranges(threads, p.m, 8,
+                         [&](int64_t r0, int64_t r1) { fns.quantize(a, p, r0, r1, qa.data(), sa.data(), sqa.data()); });
   // Panels of 32 columns: a panel's weights (K · 16 bytes) stay in cache over all rows.
   qgemm::parallel_ranges(threads, panels, 1, [&](int64_t c0, int64_t c1) {
     alignas(64) float t[4 * 32];
@@ -116,7 +121,7 @@ void matmul(const float* a, const Params& p, float* y, int threads) {
                        p.zp + pc * kb * 32,
                        p.sw + pc * kb * 32,
                        t};
-        panel(args, rows, nt);
+        fns.panel(args, rows, nt);
         const int64_t cols = p.n - col0 < nt * 16 ? p.n - col0 : nt * 16;
         for (int r = 0; r < rows; ++r) {
           float* yr = y + (i + r) * p.n + col0;

@@ -62,8 +62,16 @@ struct Params {
 };
 
 // Eq. (W6) for rows [r0, r1): qa [m][kb·block] (a short last block padded with 0), sa and
-// the code sums sqa [m][kb].
+// the code sums sqa [m][kb]. Every ISA computes the same operations: the maximum is exact in
+// any order, f32(a · r) one multiply, and the conversion rounds to nearest even (the default
+// rounding mode, as std::nearbyint).
+using QuantizeRows = void (*)(const float* a, const Params& p, int64_t r0, int64_t r1, int8_t* qa, float* sa,
+                              int32_t* sqa);
+
 void quantize_rows(const float* a, const Params& p, int64_t r0, int64_t r1, int8_t* qa, float* sa, int32_t* sqa);
+void quantize_rows_avx2(const float* a, const Params& p, int64_t r0, int64_t r1, int8_t* qa, float* sa, int32_t* sqa);
+void quantize_rows_avx512vnni(const float* a, const Params& p, int64_t r0, int64_t r1, int8_t* qa, float* sa,
+                              int32_t* sqa);
 
 void matmul(const float* a, const Params& p, float* y, int threads);
 

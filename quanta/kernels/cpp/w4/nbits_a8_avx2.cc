@@ -3,7 +3,10 @@
 // at most 2 · 15 · 127 = 3810 < 2^15), up to 4 rows a pass (nbits_a8.h).
 #include <immintrin.h>
 
+#include <cfloat>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "w4/nbits_a8.h"
 
@@ -61,6 +64,62 @@ void tile(const PanelArgs& p, int j) {
 }
 
 }  // namespace
+
+void quantize_rows_avx2(const float* a, const Params& p, int64_t r0, int64_t r1, int8_t* qa, float* sa, int32_t* sqa) {
+  const int64_t kb = (p.k + p.block - 1) / p.block, lda = kb * p.block;
+  const __m256 sign = _mm256_set1_ps(-0.0f), big = _mm256_set1_ps(FLT_MAX);
+  for (int64_t i = r0; i < r1; ++i) {
+    const float* row = a + i * p.k;
+    for (int64_t b = 0; b < kb; ++b) {
+      const int64_t k0 = b * p.block, len = k0 + p.block < p.k ? p.block : p.k - k0, l8 = len & ~int64_t{7};
+      __m256 mx = _mm256_setzero_ps();
+      int bad = 0;
+      for (int64_t k = 0; k < l8; k += 8) {
+        const __m256 v = _mm256_andnot_ps(sign, _mm256_loadu_ps(row + k0 + k));
+        bad |= _mm256_movemask_ps(_mm256_cmp_ps(v, big, _CMP_NLE_UQ));  // inf and NaN
+        mx = _mm256_max_ps(mx, v);
+      }
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, mx);
+      float m = 0.0f;
+      for (float v : lanes) m = v > m ? v : m;
+      for (int64_t k = l8; k < len; ++k) {
+        const float v = std::fabs(row[k0 + k]);
+        bad |= !(v <= FLT_MAX);
+        m = v > m ? v : m;
+      }
+      int8_t* q = qa + i * lda + k0;
+      if (bad) {
+        sa[i * kb + b] = std::numeric_limits<float>::quiet_NaN();
+        sqa[i * kb + b] = 0;
+        std::memset(q, 0, static_cast<size_t>(p.block));
+        continue;
+      }
+      sa[i * kb + b] = m / 127.0f;
+      const float rs = m != 0.0f ? 127.0f / m : 0.0f;
+      const __m256 r = _mm256_set1_ps(rs);
+      __m256i sum = _mm256_setzero_si256();
+      alignas(32) int32_t codes[8];
+      for (int64_t k = 0; k < l8; k += 8) {
+        // vcvtps2dq rounds in the default mode, to nearest even: std::nearbyint's codes
+        const __m256i c = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + k0 + k), r));
+        sum = _mm256_add_epi32(sum, c);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(codes), c);
+        for (int t = 0; t < 8; ++t) q[k + t] = static_cast<int8_t>(codes[t]);
+      }
+      _mm256_store_si256(reinterpret_cast<__m256i*>(codes), sum);
+      int32_t total = 0;
+      for (int32_t c : codes) total += c;
+      for (int64_t k = l8; k < len; ++k) {
+        const int32_t c = static_cast<int32_t>(std::nearbyint(row[k0 + k] * rs));
+        q[k] = static_cast<int8_t>(c);
+        total += c;
+      }
+      sqa[i * kb + b] = total;
+      if (len < p.block) std::memset(q + len, 0, static_cast<size_t>(p.block - len));
+    }
+  }
+}
 
 void panel_avx2(const PanelArgs& p, int rows, int nt) {
   for (int j = 0; j < nt; ++j) {

@@ -3,7 +3,9 @@
 // signed), the block's zero-point term (W10) and float step (W8) on registers (nbits_a8.h).
 #include <immintrin.h>
 
+#include <cfloat>
 #include <cstring>
+#include <limits>
 
 #include "w4/nbits_a8.h"
 
@@ -70,6 +72,46 @@ void panel(const PanelArgs& p) {
 }
 
 }  // namespace
+
+void quantize_rows_avx512vnni(const float* a, const Params& p, int64_t r0, int64_t r1, int8_t* qa, float* sa,
+                              int32_t* sqa) {
+  const int64_t kb = (p.k + p.block - 1) / p.block, lda = kb * p.block;
+  const __m512 sign = _mm512_set1_ps(-0.0f), big = _mm512_set1_ps(FLT_MAX);
+  for (int64_t i = r0; i < r1; ++i) {
+    const float* row = a + i * p.k;
+    for (int64_t b = 0; b < kb; ++b) {
+      const int64_t k0 = b * p.block, len = k0 + p.block < p.k ? p.block : p.k - k0;
+      __m512 mx = _mm512_setzero_ps();
+      __mmask16 bad = 0;
+      for (int64_t k = 0; k < len; k += 16) {
+        const __mmask16 m = len - k >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (len - k)) - 1);
+        const __m512 v = _mm512_andnot_ps(sign, _mm512_maskz_loadu_ps(m, row + k0 + k));
+        bad |= m & ~_mm512_cmp_ps_mask(v, big, _CMP_LE_OQ);  // inf and NaN
+        mx = _mm512_max_ps(mx, v);
+      }
+      int8_t* q = qa + i * lda + k0;
+      if (bad) {
+        sa[i * kb + b] = std::numeric_limits<float>::quiet_NaN();
+        sqa[i * kb + b] = 0;
+        std::memset(q, 0, static_cast<size_t>(p.block));
+        continue;
+      }
+      const float m = _mm512_reduce_max_ps(mx);
+      sa[i * kb + b] = m / 127.0f;
+      const __m512 r = _mm512_set1_ps(m != 0.0f ? 127.0f / m : 0.0f);
+      __m512i sum = _mm512_setzero_si512();
+      for (int64_t k = 0; k < len; k += 16) {
+        const __mmask16 mk = len - k >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (len - k)) - 1);
+        // vcvtps2dq rounds in the default mode, to nearest even: std::nearbyint's codes
+        const __m512i c = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(mk, row + k0 + k), r));
+        sum = _mm512_add_epi32(sum, c);
+        _mm512_mask_cvtepi32_storeu_epi8(q + k, mk, c);
+      }
+      sqa[i * kb + b] = _mm512_reduce_add_epi32(sum);
+      if (len < p.block) std::memset(q + len, 0, static_cast<size_t>(p.block - len));
+    }
+  }
+}
 
 void panel_avx512vnni(const PanelArgs& p, int rows, int nt) {
   switch (rows * 2 + nt - 1) {
