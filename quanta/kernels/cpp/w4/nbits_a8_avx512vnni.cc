@@ -115,8 +115,8 @@ void quantize_rows_avx512vnni(const float* a, const Params& p, int64_t r0, int64
 
 void panel_avx512vnni(const PanelArgs& p, int rows, int nt) {
   switch (rows * 2 + nt - 1) {
-    case 2: return panel<1, 1, 4>(p);
-    case 3: return panel<1, 2, 4>(p);
+    case 2: return panel<1, 1, 2>(p);
+    case 3: return panel<1, 2, 2>(p);
     case 4: return panel<2, 1, 2>(p);
     case 5: return panel<2, 2, 2>(p);
     case 6: return panel<3, 1, 1>(p);
