@@ -158,8 +158,9 @@ def optimize_float(
     between Casts (the native float kernels are float32; ONNX Runtime's CPU provider
     does the same; docs/float-ops.md "float16 models"), the Transposes a TF export writes
     around every Conv sink through the elementwise operators between them and cancel
-    (exact; its Pads then fold into the Convs), and an inference BatchNormalization
-    folds into the Conv / ConvTranspose / Gemm before it (one pass over the output
+    (exact; its Pads then fold into the Convs), a constant bias Add after a MatMulNBits
+    becomes its bias input (:mod:`.rules.fuse_nbits_bias`: exact), and an inference
+    BatchNormalization folds into the Conv / ConvTranspose / Gemm before it (one pass over the output
     instead of two; the folded weights are computed in float64 and rounded once, as ORT
     folds them in float32), and a Relu / Clip after a float Conv becomes the
     ``quanta::Conv`` output clamp (the float GEMM family clamps in its store instead of
@@ -194,6 +195,7 @@ def optimize_float(
     from quanta.passes.rules.fuse_gru_gates import FuseGRUGates
     from quanta.passes.rules.fuse_layer_norm import FuseLayerNormPass
     from quanta.passes.rules.fuse_lstm_gates import FuseLSTMGates
+    from quanta.passes.rules.fuse_nbits_bias import FuseNBitsBias
     from quanta.passes.rules.hoist_gathered_gemm import HoistGatheredGemm
     from quanta.passes.rules.refine_shapes import RefineShapes
 
@@ -230,6 +232,7 @@ def optimize_float(
         FoldBatchNorm(),
         ConvDepthOneAs2d(opset),  # a 3-D Conv of depth 1 over a depth of 1: the native 2-D Conv
         FoldConvAffine(),  # a constant per-channel Mul / Add after a float Conv: into its weights
+        FuseNBitsBias(),  # a constant bias Add after a MatMulNBits: its bias input (exact)
         ConvTransposeUnitStrides(),  # a stride-1 ConvTranspose: the Conv it is (native Conv paths)
         ConvTransposeAs2d(opset),  # a strided 1-D ConvTranspose: the 2-D one over a unit height (native)
         FuseFloatActivation(),  # Relu / Clip after a float Conv: the GEMM's store clamps

@@ -1,8 +1,9 @@
 """MatMulNBits at accuracy_level 4 (docs/quantization-math.md eqs. (W6)-(W9)): A quantized to
 int8 per row and block by ONNX Runtime's rule, exact block dots, float32 block sums in
 order. The twin (reference/w4.py::matmul_nbits_a8) against plain loops, the native kernel
-(w4/nbits_a8.h) against the twin bit for bit on every ISA and thread count, and the
-session on a MatMulNBits graph.
+(w4/nbits_a8.h: raw codes two to a byte, the zero point through the row's code sum, eq.
+(W10)) against the twin bit for bit on every ISA and thread count, and the session on a
+MatMulNBits graph.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from onnx import numpy_helper
 import quanta
 from quanta.kernels import _native
 from quanta.kernels.reference.w4 import matmul_nbits_a8, nbits_codes, quantize_rows_a8
-from quanta.targets.native.w4 import pack_blocks
+from quanta.targets.native.w4 import nbits_block_params, pack_nibbles
 from tests.lowbit.test_w4 import _nbits_model
 
 F32 = np.float32
@@ -73,12 +74,34 @@ def test_twin_matches_loops(m, k, n, block, bias):
 
 def _native_run(a, q, zp, s, block, bias, threads):
     k, n = q.shape
-    packed, colsum = pack_blocks(q, zp, block)
-    sw = np.zeros(colsum.shape, F32)
-    sw[:, :n] = s
+    zpp, sw = nbits_block_params(zp, s, n)
     return _native.nbits_a8_matmul(
-        a, packed, colsum * np.int32(128), sw, k, n, block, bias=bias, num_threads=threads
+        a, pack_nibbles(q, block), zpp, sw, k, n, block, bias=bias, num_threads=threads
     )
+
+
+def test_pack_nibbles_layout():
+    k, n, block = 37, 35, 16
+    q = np.random.default_rng(0).integers(0, 16, (k, n))
+    p = pack_nibbles(q, block)
+    assert p.shape == (2, 3, 4, 64) and p.dtype == np.uint8
+    for kk in range(3 * block):
+        for col in range(64):
+            b, g, t = kk // block, kk % block // 4, kk % 4
+            pn, c, hi = col // 32, col % 16, col % 32 // 16
+            want = q[kk, col] if kk < k and col < n else 0
+            assert (p[pn, b, g, c * 4 + t] >> (4 * hi)) & 15 == want
+
+
+def _check_all_isas(a, q, zp, s, block, b):
+    want = matmul_nbits_a8(a, q, zp, s, block, b)
+    try:
+        for isa in ISAS:
+            _native.set_isa(isa)
+            for threads in (1, 2):
+                _same_bits(_native_run(a, q, zp, s, block, b, threads), want)
+    finally:
+        _native.clear_isa()
 
 
 def _same_bits(got, want):
@@ -106,14 +129,28 @@ def test_native_matches_twin_bit_for_bit(m, k, n, block, bias, special, seed):
         a[rng.integers(m)] = 0
     elif special != "none":
         a[rng.integers(m), rng.integers(k)] = np.inf if special == "inf" else np.nan
-    want = matmul_nbits_a8(a, q, zp, s, block, b)
-    try:
-        for isa in ISAS:
-            _native.set_isa(isa)
-            for threads in (1, 2):
-                _same_bits(_native_run(a, q, zp, s, block, b, threads), want)
-    finally:
-        _native.clear_isa()
+    _check_all_isas(a, q, zp, s, block, b)
+
+
+@pytest.mark.parametrize("m", [1, 2, 3])
+@pytest.mark.parametrize(("k", "n"), [(300, 17), (777, 1000), (300, 1000), (777, 17)])
+@pytest.mark.parametrize("zp_kind", ["uint8", "none"])
+def test_native_small_m_matches_twin_bit_for_bit(m, k, n, zp_kind):
+    # decode rows (M <= 3) over K that no block divides; absent zero points are 8 (W1)
+    rng = np.random.default_rng(k * n + m)
+    a, q, zp, s, block, b = _case(rng, m, k, n, 32, zp_kind == "uint8")
+    if zp_kind == "none":
+        zp = np.full_like(zp, 8)
+    # extreme codes next to extreme activations: q 0 / 15 against qa ±127, zp 0 / 15
+    q[:4, :3] = [[0, 15, 15]] * 4
+    zp[0, :2] = [15, 0] if zp_kind == "uint8" else 8
+    a[0, :4] = [-30.0, 30.0, -30.0, 30.0]
+    # block 1 of row 0: maximum 127, so r = 1 and the codes are rne(a): ties to even
+    a[0, 32:40] = [127.0, 0.5, 1.5, 2.5, -0.5, -2.5, 3.5, -3.5]
+    # the short last block (K mod 32 = 12 or 9) of the last row with an inf: its row is NaN
+    if m > 1:
+        a[m - 1, k - 3] = np.inf
+    _check_all_isas(a, q, zp, s, block, b)
 
 
 def test_native_3d_a_and_out_and_errors_named():
@@ -121,19 +158,24 @@ def test_native_3d_a_and_out_and_errors_named():
     a3 = a.reshape(2, 3, 259)
     want = matmul_nbits_a8(a3, q, zp, s, block, b)
     k, n = q.shape
-    packed, colsum = pack_blocks(q, zp, block)
-    sw = np.zeros(colsum.shape, F32)
-    sw[:, :n] = s
+    packed = pack_nibbles(q, block)
+    zpp, sw = nbits_block_params(zp, s, n)
     out = np.empty((2, 3, n), F32)
-    got = _native.nbits_a8_matmul(a3, packed, colsum * 128, sw, k, n, block, bias=b, num_threads=2, out=out)
+    got = _native.nbits_a8_matmul(a3, packed, zpp, sw, k, n, block, bias=b, num_threads=2, out=out)
     assert got is out
     _same_bits(out, want)
     with pytest.raises(ValueError, match="nbits_a8_matmul: a: expected float32, got float64"):
-        _native.nbits_a8_matmul(a.astype(np.float64), packed, colsum * 128, sw, k, n, block)
+        _native.nbits_a8_matmul(a.astype(np.float64), packed, zpp, sw, k, n, block)
     with pytest.raises(ValueError, match="nbits_a8_matmul: bias: expected 33 values"):
-        _native.nbits_a8_matmul(a, packed, colsum * 128, sw, k, n, block, bias=b[:5])
-    with pytest.raises(ValueError, match="nbits_a8_matmul: packed: expected"):
-        _native.nbits_a8_matmul(a, packed[1:], colsum * 128, sw, k, n, block)
+        _native.nbits_a8_matmul(a, packed, zpp, sw, k, n, block, bias=b[:5])
+    with pytest.raises(ValueError, match="nbits_a8_matmul: packed: expected 9216 uint8 values"):
+        _native.nbits_a8_matmul(a, packed[1:], zpp, sw, k, n, block)
+    with pytest.raises(ValueError, match="nbits_a8_matmul: packed: expected dtype uint8, got int8"):
+        _native.nbits_a8_matmul(a, packed.view(np.int8), zpp, sw, k, n, block)
+    with pytest.raises(ValueError, match="nbits_a8_matmul: zp, sw: expected 576 values each"):
+        _native.nbits_a8_matmul(a, packed, zpp[:1], sw, k, n, block)
+    with pytest.raises(ValueError, match="nbits_a8_matmul: zp: expected dtype uint8, got int32"):
+        _native.nbits_a8_matmul(a, packed, zpp.astype(np.int32), sw, k, n, block)
 
 
 @pytest.mark.parametrize(
@@ -169,6 +211,23 @@ def test_accuracy_level_4_session_is_the_twin_and_ort_within_its_rounding(k, blo
     if "bias" in inits:
         mag += np.abs(inits["bias"])
     assert np.all(np.abs(y - o) <= (4 * kb + 8) * 2.0**-24 * mag)
+
+
+@pytest.mark.parametrize(("k", "n"), [(300, 1000), (777, 17)])
+@pytest.mark.parametrize("zp_kind", ["uint8", "none"])
+def test_accuracy_level_4_session_decode_rows_are_the_twin(k, n, zp_kind):
+    model = _nbits_model(k, n, 32, zp_kind=zp_kind, bias=zp_kind == "uint8", seed=n, accuracy_level=4)
+    for v in (*model.graph.input, *model.graph.output):
+        v.type.tensor_type.shape.dim[0].dim_param = "M"
+        del v.type.tensor_type.shape.dim[1]
+    blob = model.SerializeToString()
+    sess = quanta.InferenceSession(blob)
+    assert [s.kernel.name for s in sess.plan.steps] == ["native:matmul_nbits_w4a8"]
+    ref = quanta.InferenceSession(blob, backend="reference")
+    for m in (1, 2, 3):
+        a = (np.random.default_rng(m).standard_normal((m, k)) * 3).astype(F32)
+        y = sess.run(None, {"A": a})[0]
+        np.testing.assert_array_equal(y.view(np.uint32), ref.run(None, {"A": a})[0].view(np.uint32))
 
 
 def test_accuracy_level_4_with_float_zero_points_stays_float():

@@ -6,11 +6,11 @@
 //     (quanta.targets.native.w4a8.pack_blocks); colsum: int32 [kb, ntiles·16]; c: float32
 //     [kb, ntiles·16]; out_dtype "f32" (then no y_scale), "u8" or "i8" (y_scale a float).
 //
-//   nbits_a8_matmul(a, packed, corr, sw, k, n, block, bias=None, num_threads=1, out=None)
-//     -> float32 [..., N]: MatMulNBits at accuracy_level 4 (w4/nbits_a8.h, eqs. (W6)-(W9)).
-//     a: float32 [..., K]; packed: int8 [kb, ntiles, block/4, 64] of w' = q − zp (pack_blocks);
-//     corr: int32 [kb, ntiles·16] (128 · the block column sums); sw: float32 [kb, ntiles·16];
-//     bias: float32 [N].
+//   nbits_a8_matmul(a, packed, zp, sw, k, n, block, bias=None, num_threads=1, out=None)
+//     -> float32 [..., N]: MatMulNBits at accuracy_level 4 (w4/nbits_a8.h, eqs. (W6)-(W10)).
+//     a: float32 [..., K]; packed: uint8 [panels, kb, block/4, 64] of the 4-bit codes, two
+//     to a byte (pack_nibbles; panels = ceil(N / 32)); zp: uint8 [panels, kb, 32] (the zero
+//     points), sw: float32 [panels, kb, 32] (nbits_block_params); bias: float32 [N].
 #include <cstdint>
 #include <string>
 
@@ -21,15 +21,8 @@
 namespace quanta {
 namespace {
 
-// What both 4-bit block products check alike: A's last axis and layout, the block size,
-// and the packed weight's size (kb blocks along K by ntiles tiles of 16 columns).
-struct BlockLayout {
-  int64_t kb, ntiles;
-  py::array_t<int8_t, py::array::c_style> packed;
-};
-
-BlockLayout check_block_layout(const std::string& op, const py::array& a, const py::handle& packed_obj, int64_t k,
-                               int64_t n, int64_t block) {
+// What both 4-bit block products check alike: A's last axis and layout, and the block size.
+void check_a(const std::string& op, const py::array& a, int64_t k, int64_t block) {
   if (!(a.flags() & py::array::c_style)) throw py::value_error(op + ": a: expected a C-contiguous array");
   if (a.ndim() < 1 || a.shape(a.ndim() - 1) != k) {
     throw py::value_error(op + ": a: expected shape [..., " + std::to_string(k) + "], got " + shape_str(shape_of(a)));
@@ -37,6 +30,17 @@ BlockLayout check_block_layout(const std::string& op, const py::array& a, const 
   if (block < 4 || block % 4 || block > 4096) {
     throw py::value_error(op + ": block: expected a multiple of 4 in [4, 4096], got " + std::to_string(block));
   }
+}
+
+// w4a8's packed weight: kb blocks along K by ntiles tiles of 16 columns, one int8 a value.
+struct BlockLayout {
+  int64_t kb, ntiles;
+  py::array_t<int8_t, py::array::c_style> packed;
+};
+
+BlockLayout check_block_layout(const std::string& op, const py::array& a, const py::handle& packed_obj, int64_t k,
+                               int64_t n, int64_t block) {
+  check_a(op, a, k, block);
   const int64_t kb = (k + block - 1) / block, ntiles = (n + 15) / 16;
   auto packed = require_array<int8_t>(packed_obj, (op + ": packed").c_str());
   if (packed.size() != kb * ntiles * block * 16) {
@@ -113,7 +117,7 @@ py::array w4a8_impl(const py::handle& a_obj, const py::handle& packed_obj, const
   return y;
 }
 
-py::array nbits_a8_impl(const py::handle& a_obj, const py::handle& packed_obj, const py::handle& corr_obj,
+py::array nbits_a8_impl(const py::handle& a_obj, const py::handle& packed_obj, const py::handle& zp_obj,
                         const py::handle& sw_obj, int64_t k, int64_t n, int64_t block, const py::object& bias_obj,
                         int num_threads, const py::object& out_obj) {
   const std::string op = "nbits_a8_matmul";
@@ -123,13 +127,18 @@ py::array nbits_a8_impl(const py::handle& a_obj, const py::handle& packed_obj, c
   if (!dtype_equiv(a.dtype(), py::dtype::of<float>())) {
     throw py::value_error(op + ": a: expected float32, got " + py::str(a.dtype()).cast<std::string>());
   }
-  const BlockLayout layout = check_block_layout(op, a, packed_obj, k, n, block);
-  const int64_t kb = layout.kb, ntiles = layout.ntiles;
-  const auto& packed = layout.packed;
-  auto corr = require_array<int32_t>(corr_obj, (op + ": corr").c_str());
+  check_a(op, a, k, block);
+  const int64_t kb = (k + block - 1) / block, panels = (n + 31) / 32;
+  auto packed = require_array<uint8_t>(packed_obj, (op + ": packed").c_str());
+  if (packed.size() != kb * panels * block * 16) {
+    throw py::value_error(op + ": packed: expected " + std::to_string(kb * panels * block * 16) +
+                          " uint8 values for K=" + std::to_string(k) + ", N=" + std::to_string(n) +
+                          ", block=" + std::to_string(block));
+  }
+  auto zp = require_array<uint8_t>(zp_obj, (op + ": zp").c_str());
   auto sw = require_array<float>(sw_obj, (op + ": sw").c_str());
-  if (corr.size() != kb * ntiles * 16 || sw.size() != kb * ntiles * 16) {
-    throw py::value_error(op + ": corr, sw: expected " + std::to_string(kb * ntiles * 16) + " values each");
+  if (zp.size() != panels * kb * 32 || sw.size() != panels * kb * 32) {
+    throw py::value_error(op + ": zp, sw: expected " + std::to_string(panels * kb * 32) + " values each");
   }
   py::array_t<float, py::array::c_style> bias;
   if (!bias_obj.is_none()) {
@@ -148,7 +157,7 @@ py::array nbits_a8_impl(const py::handle& a_obj, const py::handle& packed_obj, c
       throw py::value_error(op + ": out: expected a writeable C-contiguous float32 array of shape " + shape_str(shape));
     }
   }
-  nbits_a8::Params p{k ? static_cast<int64_t>(a.size()) / k : 0, k, n, block, packed.data(), corr.data(), sw.data(),
+  nbits_a8::Params p{k ? static_cast<int64_t>(a.size()) / k : 0, k, n, block, packed.data(), zp.data(), sw.data(),
                      bias_obj.is_none() ? nullptr : bias.data()};
   {
     py::gil_scoped_release release;
@@ -164,8 +173,8 @@ void register_w4(py::module_& m) {
         py::arg("n"), py::arg("block"), py::arg("za"), py::arg("y_scale") = py::none(), py::arg("zy") = 0,
         py::arg("out_dtype") = "f32", py::arg("num_threads") = 1, py::arg("out") = py::none(),
         "8-bit a times 4-bit weights per block of K, exact block dots, float32 block sums in order (w4a8.h).");
-  m.def("nbits_a8_matmul", &nbits_a8_impl, py::arg("a"), py::arg("packed"), py::arg("corr"), py::arg("sw"),
-        py::arg("k"), py::arg("n"), py::arg("block"), py::arg("bias") = py::none(), py::arg("num_threads") = 1,
+  m.def("nbits_a8_matmul", &nbits_a8_impl, py::arg("a"), py::arg("packed"), py::arg("zp"), py::arg("sw"), py::arg("k"),
+        py::arg("n"), py::arg("block"), py::arg("bias") = py::none(), py::arg("num_threads") = 1,
         py::arg("out") = py::none(),
         "float32 a quantized to int8 per row and block, times 4-bit weights per block (nbits_a8.h).");
 }

@@ -112,9 +112,9 @@ const std::vector<KernelRow>& kernel_table() {
       {"w4a8", "u8s4->s32", Isa::kAvx2, "w4a8_u8s4_s32_1x16c4__avx2", {}},
       {"w4a8", "u8s4->s32", Isa::kAvx512Vnni, "w4a8_u8s4_s32_1x16c4__avx512vnni", {}},
       // MatMulNBits accuracy_level 4 (w4/nbits_a8.h): activations quantized per row and block
-      {"nbits_a8", "f32s4->f32", Isa::kPortable, "nbits_a8_u8s4_f32_4x32c4__portable", {}},
-      {"nbits_a8", "f32s4->f32", Isa::kAvx2, "nbits_a8_u8s4_f32_4x16c4__avx2", {}},
-      {"nbits_a8", "f32s4->f32", Isa::kAvx512Vnni, "nbits_a8_u8s4_f32_4x32c4__avx512vnni", {}},
+      {"nbits_a8", "f32s4->f32", Isa::kPortable, "nbits_a8_s8u4_f32_4x32c4__portable", {}},
+      {"nbits_a8", "f32s4->f32", Isa::kAvx2, "nbits_a8_s8u4_f32_4x16c4__avx2", {}},
+      {"nbits_a8", "f32s4->f32", Isa::kAvx512Vnni, "nbits_a8_s8u4_f32_4x32c4__avx512vnni", {}},
       // MX (mx/mx.h): INT8 block dots in int32, float elements in exact float64 dots.
       {"mx_gemm", "mxint8->f32", Isa::kPortable, "mx_i8_1x32c4__portable", {}},
       {"mx_gemm", "mxint8->f32", Isa::kAvx2, "mx_i8_1x32c4__avx2", {}},

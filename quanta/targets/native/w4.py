@@ -8,10 +8,11 @@ computes), packs it for the float GEMM (``_native.sgemm_pack_b``) and runs eq. (
 4 bytes per value in memory instead of half a byte: the trade of a CPU without a 4-bit
 float path (the speed is the float GEMM's).
 
-``accuracy_level`` 4 with integer zero points runs eqs. (W6)-(W9) instead, ONNX Runtime's
-int8 path: the weights packed once as ``w' = q − zp`` int8 in the W4A8 layout
-(``pack_blocks``), A quantized per row and block at run time, integer block dots
-(``_native.nbits_a8_matmul``, w4/nbits_a8.h), bit-exact with the twin.
+``accuracy_level`` 4 with integer zero points runs eqs. (W6)-(W10) instead, ONNX Runtime's
+int8 path: the raw 4-bit codes packed once two to a byte (``pack_nibbles``: as many weight
+bytes as ONNX Runtime's), A quantized per row and block at run time, integer block dots
+with the zero point through the row's code sum, eq. (W10) (``_native.nbits_a8_matmul``,
+w4/nbits_a8.h), bit-exact with the twin.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ try:
 except ImportError:  # the binders only run when the extension is built
     _native = None
 
-__all__ = ["bind_matmul_nbits", "bind_matmul_w4a8", "pack_blocks"]
+__all__ = ["bind_matmul_nbits", "bind_matmul_w4a8", "nbits_block_params", "pack_blocks", "pack_nibbles"]
 
 
 def _matmul_nbits_native(
@@ -109,7 +110,7 @@ def _matmul_nbits_a8_native(
     *rest: Any,
     out: np.ndarray | None = None,
     packed: np.ndarray,
-    corr: np.ndarray,
+    zp: np.ndarray,
     sw: np.ndarray,
     n: int,
     k: int,
@@ -118,17 +119,10 @@ def _matmul_nbits_a8_native(
     **attrs: Any,
 ) -> np.ndarray:
     if a.dtype == np.float32 and a.ndim >= 1 and a.shape[-1] == k:
+        # positional: pybind11's keyword matching costs half a microsecond a call, a tenth of
+        # a decode step's product
         return _native.nbits_a8_matmul(
-            np.ascontiguousarray(a),
-            packed,
-            corr,
-            sw,
-            k,
-            n,
-            block,
-            bias=bias,
-            num_threads=_threads(ctx),
-            out=out,
+            np.ascontiguousarray(a), packed, zp, sw, k, n, block, bias, _threads(ctx), out
         )
     return _twin(ctx, a, rest, attrs, out)
 
@@ -136,13 +130,11 @@ def _matmul_nbits_a8_native(
 def _bind_a8(
     q: np.ndarray, zp: np.ndarray, s: np.ndarray, k: int, n: int, block: int, bias: np.ndarray | None
 ) -> tuple[Kernel, str]:
-    """Eqs. (W6)-(W9): codes ``q [K, N]``, zero points and scales ``[kb, N]``."""
-    packed, colsum = pack_blocks(q, zp, block)
-    sw = np.zeros(colsum.shape, np.float32)
-    sw[:, :n] = s
+    """Eqs. (W6)-(W10): codes ``q [K, N]``, zero points and scales ``[kb, N]``."""
+    zpp, sw = nbits_block_params(zp, s, n)
     params = {
-        "packed": packed,
-        "corr": np.ascontiguousarray(colsum * np.int32(128)),
+        "packed": pack_nibbles(q, block),
+        "zp": zpp,
         "sw": sw,
         "n": n,
         "k": k,
@@ -150,6 +142,35 @@ def _bind_a8(
         "bias": None if bias is None else np.ascontiguousarray(bias.reshape(n), np.float32),
     }
     return Kernel(_matmul_nbits_a8_native, "native", "native:matmul_nbits_w4a8", params=params, out=True), ""
+
+
+def pack_nibbles(q: np.ndarray, block: int) -> np.ndarray:
+    """``q [K, N]`` (4-bit codes) -> w4/nbits_a8.h's layout, uint8 ``[panels, kb, block/4,
+    64]``: per panel of 32 columns (its whole K one run of bytes) and block, groups of 4 k per
+    column, column ``c``'s code in the low nibble and column ``16 + c``'s in the high one (0
+    past K and N)."""
+    k, n = q.shape
+    kb, panels = -(-k // block), -(-n // 32)
+    wp = np.zeros((kb * block, panels * 32), np.uint8)
+    wp[:k, :n] = np.asarray(q)
+    # [kb, block/4, 4, panels, 2, 16] -> [panels, kb, block/4, 2, 16, 4]
+    w = wp.reshape(kb, block // 4, 4, panels, 2, 16).transpose(3, 0, 1, 4, 5, 2)
+    packed = w[:, :, :, 0] | (w[:, :, :, 1] << np.uint8(4))
+    return np.ascontiguousarray(packed.reshape(panels, kb, block // 4, 64))
+
+
+def nbits_block_params(zp: np.ndarray, s: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Zero points and scales ``[kb, N]`` -> the kernel's uint8 and float32 ``[panels, kb,
+    32]`` (0 past N), beside their panel's weights."""
+    kb, panels = zp.shape[0], -(-n // 32)
+    zpp = np.zeros((kb, panels * 32), np.uint8)
+    zpp[:, :n] = zp
+    sw = np.zeros((kb, panels * 32), np.float32)
+    sw[:, :n] = s
+    return (
+        np.ascontiguousarray(zpp.reshape(kb, panels, 32).transpose(1, 0, 2)),
+        np.ascontiguousarray(sw.reshape(kb, panels, 32).transpose(1, 0, 2)),
+    )
 
 
 # --------------------------------------------------------------------------------------
