@@ -395,6 +395,7 @@ def quantize_static(
     address: str | None = None,
     shards: int | None = None,
     keep_file_parameters: bool = True,
+    wide_fallback: bool = True,
     **options: Any,
 ) -> QuantizationSummary | MXSummary:
     """Quantize ``model_input`` with ranges calibrated on ``calibration_data``.
@@ -417,7 +418,9 @@ def quantize_static(
     such an engine, handed out as workers free up (default
     :func:`quanta.scale.default_shards`: one per worker, up to four per worker for large
     sample counts). The file is byte-identical whatever the engine and the shards
-    (docs/scale.md); they are not part of the recipe.
+    (docs/scale.md); they are not part of the recipe. ``wide_fallback``: an 8-bit file far
+    from FP32 is measured against one with 16-bit activations (docs/calibration.md eq.
+    (27)); the accuracy search's trials turn it off (the search widens tensors itself).
     Returns (and, if ``verbose``, prints) the summary (an MXSummary for an MX type).
     """
     t0 = time.perf_counter()
@@ -449,6 +452,7 @@ def quantize_static(
                 workers=workers,
                 address=address,
                 shards=shards,
+                wide_fallback=False,  # the file's own 8-bit grids are kept: no eq. (27)
             )
         if isinstance(summary, QuantizationSummary):
             summary.notes[:0] = notes
@@ -660,6 +664,7 @@ def quantize_static(
                 workers=workers,
                 address=address,
                 shards=shards,
+                wide_fallback=wide_fallback,
             )
 
     def finish(
@@ -786,7 +791,7 @@ def quantize_static(
     if note:
         summary.notes.append(note)
     # eq. (27) (docs/calibration.md): an 8-bit file far from FP32 is measured against a 16-bit one
-    if wide_candidate(recipe, range_choice) and reiterable(source_data):
+    if wide_fallback and wide_candidate(recipe, range_choice) and reiterable(source_data):
         summary = _wider_if_better(
             model_input,
             model_output,
@@ -974,9 +979,12 @@ def _quantize_to_target(
 
     def run(src, dst, calib, rec):
         # GPTQ's statistics stream into this process (they have no mergeable state)
+        # eq. (27) off: the search measures and widens tensors itself
         if eng is None or rec.weight_rounding in ("gptq", "gptaq"):
-            return quantize_static(src, dst, calib, rec, verbose=False)
-        return quantize_static(src, dst, calib, rec, verbose=False, engine=eng, shards=shards)
+            return quantize_static(src, dst, calib, rec, verbose=False, wide_fallback=False)
+        return quantize_static(
+            src, dst, calib, rec, verbose=False, engine=eng, shards=shards, wide_fallback=False
+        )
 
     summary, report = search(model_input, model_output, feeds, recipe, accuracy, run, engine=eng)
     summary.accuracy = report
