@@ -56,6 +56,8 @@ __all__ = [
     "reiterable",
     "split_observers",
     "unsplit",
+    "wide_candidate",
+    "wide_decision",
 ]
 
 #: held-out (odd) calibration feeds the candidates run on (a bound on the cost)
@@ -70,6 +72,41 @@ MIN_FEEDS = 2
 #: far from FP32 (a diffusion UNet's 8-bit file at -1.4 dB printed its SQNR on one line
 #: among others and nothing else)
 FAR_SQNR_DB = 10.0
+
+
+#: eq. (27): a 16-bit activation file replaces the 8-bit one only when its output SQNR on
+#: the held-out calibration feeds is at least this much higher (a measurement on a few
+#: feeds, and 16-bit groups cost time: a near tie keeps the 8-bit file)
+WIDE_MARGIN_DB = 3.0
+
+
+def wide_candidate(recipe: Any, choice: RangeChoice | None) -> bool:
+    """Eq. (27): whether the 8-bit file just written is worth a 16-bit-activation try: its
+    best eq. (24) candidate was measured and is under FAR_SQNR_DB. Only for 8-bit
+    activations and weights and no device profile (a device fixes its types)."""
+    if choice is None or not choice.scores or getattr(recipe, "target", None) is not None:
+        return False
+    if recipe.activation_storage.bits != 8 or recipe.weight_storage.bits != 8:
+        return False
+    return max(choice.scores.values()) < FAR_SQNR_DB
+
+
+def wide_decision(narrow: RangeChoice, eight: float | None, sixteen: float | None) -> tuple[bool, str]:
+    """Eq. (27): keep the 16-bit file (True) or the 8-bit one, and the note that says why.
+    ``eight`` / ``sixteen``: the two files' output SQNR (mean_sqnr_db) on the same held-out
+    feeds (None: not measured)."""
+    head = (
+        f"eq. (27): the 8-bit file's output SQNR on {narrow.feeds} held-out calibration feed(s) is "
+        f"{max(narrow.scores.values()):.1f} dB (< {FAR_SQNR_DB:.0f} dB)"
+    )
+    if eight is None or sixteen is None:
+        return False, head + "; the 16-bit-activation file could not be measured, so the 8-bit file is kept"
+    measured = (
+        f"; the final files on those feeds: 8-bit {eight:.1f} dB, 16-bit activations (A16W8) {sixteen:.1f} dB"
+    )
+    if sixteen >= eight + WIDE_MARGIN_DB:
+        return True, head + measured + ", so this file has 16-bit activations"
+    return False, head + measured + f", less than {WIDE_MARGIN_DB:.0f} dB better, so the 8-bit file is kept"
 
 
 @dataclass

@@ -78,6 +78,8 @@ from quanta.quantize.range_choice import (
     split_observers,
     too_few_feeds,
     unsplit,
+    wide_candidate,
+    wide_decision,
 )
 from quanta.quantize.recipe import CalibrationMethod, Recipe, SubgraphMode
 from quanta.quantize.recurrent import lstm_inputs, quantize_lstms, spread_reasons
@@ -393,6 +395,7 @@ def quantize_static(
     address: str | None = None,
     shards: int | None = None,
     keep_file_parameters: bool = True,
+    wide_fallback: bool = True,
     **options: Any,
 ) -> QuantizationSummary | MXSummary:
     """Quantize ``model_input`` with ranges calibrated on ``calibration_data``.
@@ -415,7 +418,9 @@ def quantize_static(
     such an engine, handed out as workers free up (default
     :func:`quanta.scale.default_shards`: one per worker, up to four per worker for large
     sample counts). The file is byte-identical whatever the engine and the shards
-    (docs/scale.md); they are not part of the recipe.
+    (docs/scale.md); they are not part of the recipe. ``wide_fallback``: an 8-bit file far
+    from FP32 is measured against one with 16-bit activations (docs/calibration.md eq.
+    (27)); the accuracy search's trials turn it off (the search widens tensors itself).
     Returns (and, if ``verbose``, prints) the summary (an MXSummary for an MX type).
     """
     t0 = time.perf_counter()
@@ -447,6 +452,7 @@ def quantize_static(
                 workers=workers,
                 address=address,
                 shards=shards,
+                wide_fallback=False,  # the file's own 8-bit grids are kept: no eq. (27)
             )
         if isinstance(summary, QuantizationSummary):
             summary.notes[:0] = notes
@@ -658,6 +664,7 @@ def quantize_static(
                 workers=workers,
                 address=address,
                 shards=shards,
+                wide_fallback=wide_fallback,
             )
 
     def finish(
@@ -783,9 +790,89 @@ def quantize_static(
     note = file_note(model_output)
     if note:
         summary.notes.append(note)
+    # eq. (27) (docs/calibration.md): an 8-bit file far from FP32 is measured against a 16-bit one
+    if wide_fallback and wide_candidate(recipe, range_choice) and reiterable(source_data):
+        summary = _wider_if_better(
+            model_input,
+            model_output,
+            source_data,
+            recipe,
+            graph,
+            summary,
+            dict(
+                preprocess=source_preprocess, engine=engine, workers=workers, address=address, shards=shards
+            ),
+        )
     if verbose:
         print(summary.format())
     return summary
+
+
+def _wider_if_better(
+    model_input: Any,
+    model_output: str | os.PathLike,
+    data: Any,
+    recipe: Recipe,
+    graph: Any,
+    summary: QuantizationSummary,
+    run_options: dict[str, Any],
+) -> QuantizationSummary:
+    """Eq. (27): the 8-bit file written to ``model_output`` loses the outputs (eq. (24)'s
+    best candidate under FAR_SQNR_DB); quantize again with 16-bit activations, run both
+    files and the float model on the held-out calibration feeds, and keep the 16-bit file
+    when it gains WIDE_MARGIN_DB. Returns the summary of the file kept, with a note saying
+    what was measured."""
+    from quanta.quantize.accuracy import _outputs as run_file
+    from quanta.quantize.range_choice import mean_sqnr_db
+
+    # eq. (24)'s held-out feeds: the odd ones of the first 2 * FEEDS
+    feeds = list(iter_feeds(data, graph.inputs, preprocess=run_options["preprocess"], limit=2 * FEEDS))[1::2]
+    with tempfile.TemporaryDirectory(prefix="quanta-a16-") as tmp:
+        path = os.path.join(tmp, "a16.onnx")
+        wide = quantize_static(
+            model_input, path, data, widened_recipe(recipe, graph), verbose=False, **run_options
+        )
+        assert isinstance(wide, QuantizationSummary)
+        if isinstance(model_input, (str, os.PathLike)):
+            reference = os.fspath(model_input)
+        else:
+            reference = os.path.join(tmp, "float.onnx")
+            proto = (
+                model_input
+                if isinstance(model_input, onnx.ModelProto)
+                else onnx.load_from_string(model_input)
+            )
+            onnx.save(proto, reference)
+        try:
+            ref = run_file(reference, feeds)
+            eight = mean_sqnr_db(ref, run_file(os.fspath(model_output), feeds))
+            sixteen = mean_sqnr_db(ref, run_file(path, feeds))
+        except Exception:  # a measurement never makes quantization fail (as eq. (24)'s)
+            eight = sixteen = None
+        keep, note = wide_decision(summary.range_choice, eight, sixteen)
+        if not keep:
+            summary.notes.append(note)
+            return summary
+        save(onnx.load(path), model_output)
+    wide.output = os.fspath(model_output)
+    wide.seconds += summary.seconds
+    wide.notes.append(note)
+    return wide
+
+
+def widened_recipe(recipe: Recipe, graph: Any) -> Recipe:
+    """Eq. (27)'s candidate: ``recipe`` with 16-bit (int16) activations, and the output of
+    every Conv / Gemm / MatMul that is not a graph output quantized to int16 as well (an
+    A16W8 group needs its output quantized, docs/quantization-math.md §A16W8; a layer
+    read only by float ops, an InstanceNormalization, would otherwise run in float).
+    The recipe's own overrides win."""
+    from quanta.quantize.recipe import TensorOverride
+
+    outputs = {id(v) for v in graph.outputs}
+    macs = [n.outputs[0].name for n in graph.nodes if n.op_type in MAC_OPS and n.outputs]
+    macs = [name for name in macs if id(graph.value(name)) not in outputs]
+    widened = {n: TensorOverride(dtype="int16") for n in dict.fromkeys(macs) if n not in recipe.overrides}
+    return dataclasses.replace(recipe, activation_type="int16", overrides={**recipe.overrides, **widened})
 
 
 def _keep_first(feeds, kept: list, n: int):
@@ -892,9 +979,12 @@ def _quantize_to_target(
 
     def run(src, dst, calib, rec):
         # GPTQ's statistics stream into this process (they have no mergeable state)
+        # eq. (27) off: the search measures and widens tensors itself
         if eng is None or rec.weight_rounding in ("gptq", "gptaq"):
-            return quantize_static(src, dst, calib, rec, verbose=False)
-        return quantize_static(src, dst, calib, rec, verbose=False, engine=eng, shards=shards)
+            return quantize_static(src, dst, calib, rec, verbose=False, wide_fallback=False)
+        return quantize_static(
+            src, dst, calib, rec, verbose=False, engine=eng, shards=shards, wide_fallback=False
+        )
 
     summary, report = search(model_input, model_output, feeds, recipe, accuracy, run, engine=eng)
     summary.accuracy = report

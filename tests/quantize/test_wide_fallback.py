@@ -1,0 +1,142 @@
+"""Eq. (27): when the 8-bit file's outputs are far from FP32 on the held-out calibration
+feeds (eq. (24)'s best candidate under FAR_SQNR_DB), quantize_static measures a file
+with 16-bit activations and keeps it when it gains WIDE_MARGIN_DB; an ordinary graph is
+never re-quantized."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import quanta
+from quanta.ir.onnx_io import load
+from quanta.quantize.range_choice import (
+    FAR_SQNR_DB,
+    WIDE_MARGIN_DB,
+    RangeChoice,
+    wide_candidate,
+    wide_decision,
+)
+from quanta.quantize.recipe import Recipe
+
+ort = pytest.importorskip("onnxruntime")
+
+OUT = 17
+
+
+def cancelling_model() -> onnx.ModelProto:
+    """u = z + x with z ~1e8 and x ~1e5 (signed, distinct scales), v = u + (-z) (x again,
+    read through u's grid), y = Conv(v) (3 -> 17 channels, 3x3), out = y * y: an 8-bit step of u (~1e6) is
+    larger than x itself, a 16-bit one is 1e2 times smaller."""
+    rng = np.random.default_rng(0)
+    g = helper.make_graph(
+        [
+            helper.make_node("Add", ["z", "x"], ["u"], name="join"),
+            helper.make_node("Mul", ["z", "minus"], ["n"], name="negate"),
+            helper.make_node("Add", ["u", "n"], ["v"], name="cancel"),
+            helper.make_node("Conv", ["v", "w", "b"], ["y"], pads=[1, 1, 1, 1], name="conv"),
+            helper.make_node("Mul", ["y", "y"], ["out"], name="square"),
+        ],
+        "cancelling",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 7, 7]),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 3, 7, 7]),
+        ],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        [
+            numpy_helper.from_array((rng.standard_normal((OUT, 3, 3, 3)) * 0.3).astype(np.float32), "w"),
+            numpy_helper.from_array(rng.standard_normal(OUT).astype(np.float32), "b"),
+            numpy_helper.from_array(np.array(-1.0, np.float32), "minus"),
+        ],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def feeds(n: int, seed: int) -> list[dict[str, np.ndarray]]:
+    r = np.random.default_rng(seed)
+    return [
+        {
+            "x": (r.standard_normal((1, 3, 7, 7)) * 1e5).astype(np.float32),
+            "z": (r.standard_normal((1, 3, 7, 7)) * 1e8).astype(np.float32),
+        }
+        for _ in range(n)
+    ]
+
+
+def sqnr(src, out, data) -> float:
+    ref = ort.InferenceSession(str(src))
+    got = quanta.InferenceSession(str(out))
+    num = den = 0.0
+    for f in data:
+        r = ref.run(None, f)[0].astype(np.float64)
+        q = got.run(None, f)[0].astype(np.float64)
+        num += float((r**2).sum())
+        den += float(((r - q) ** 2).sum())
+    return 10 * np.log10(num / den)
+
+
+def q_types(path) -> dict[str, int]:
+    proto = onnx.load(str(path))
+    zps = {i.name: i.data_type for i in proto.graph.initializer}
+    return {n.input[0]: zps[n.input[2]] for n in proto.graph.node if n.op_type == "QuantizeLinear"}
+
+
+def test_a_cancelling_add_gets_16_bit_activations_with_the_reason(tmp_path):
+    src = tmp_path / "m.onnx"
+    onnx.save(cancelling_model(), src)
+    s = quanta.quantize_static(src, tmp_path / "q.onnx", feeds(8, 1), verbose=False)
+    note = next(n for n in s.notes if n.startswith("eq. (27)"))
+    assert "so this file has 16-bit activations" in note
+    types = q_types(tmp_path / "q.onnx")
+    assert types["u"] == TensorProto.INT16
+    assert types["v"] == TensorProto.INT16
+    assert types["y"] == TensorProto.INT16  # the Conv's output: an A16W8 group, in integer
+    assert s.integer_share == pytest.approx(1.0)
+    assert s.output == str(tmp_path / "q.onnx")
+    recipe = json.loads(load(tmp_path / "q.onnx").metadata["quanta.recipe"])
+    assert recipe["activation_type"] == "int16"
+    onnx.checker.check_model(str(tmp_path / "q.onnx"), full_check=True)
+    # what the 8-bit file would give, on held-out feeds
+    eight = quanta.quantize_static(
+        src, tmp_path / "q8.onnx", feeds(8, 1), other_ranges="minmax", verbose=False
+    )
+    assert not any(n.startswith("eq. (27)") for n in eight.notes)  # nothing measured: no eq. (27)
+    held = feeds(4, 2)
+    assert sqnr(src, tmp_path / "q8.onnx", held) < FAR_SQNR_DB
+    assert sqnr(src, tmp_path / "q.onnx", held) > sqnr(src, tmp_path / "q8.onnx", held) + 20
+    # the recorded recipe reproduces the file without measuring again, and so does a second run
+    again = quanta.quantize_static(src, tmp_path / "r.onnx", feeds(8, 1), verbose=False)
+    assert (tmp_path / "r.onnx").read_bytes() == (tmp_path / "q.onnx").read_bytes()
+    assert again.notes == s.notes
+    quanta.quantize_static(src, tmp_path / "p.onnx", feeds(8, 1), Recipe.from_dict(recipe), verbose=False)
+    assert (tmp_path / "p.onnx").read_bytes() == (tmp_path / "q.onnx").read_bytes()
+
+
+def test_an_ordinary_graph_is_not_measured_again(tmp_path):
+    """Same graph with z at the scale of x: the 8-bit file is close to FP32, no eq. (27)."""
+    src = tmp_path / "m.onnx"
+    onnx.save(cancelling_model(), src)
+    data = [{"x": f["x"], "z": f["z"] * 1e-3} for f in feeds(8, 1)]
+    s = quanta.quantize_static(src, tmp_path / "q.onnx", data, verbose=False)
+    assert not any(n.startswith("eq. (27)") for n in s.notes)
+    assert set(q_types(tmp_path / "q.onnx").values()) <= {TensorProto.UINT8, TensorProto.INT8}
+
+
+def test_the_decision():
+    r8 = RangeChoice("mse", {"minmax": 0.3, "mse": 0.6}, 4)
+    keep, note = wide_decision(r8, 0.7, 29.0)
+    assert keep and "0.6 dB" in note and "29.0 dB" in note
+    keep, note = wide_decision(r8, 0.7, 0.7 + WIDE_MARGIN_DB - 0.1)
+    assert not keep and "8-bit file is kept" in note
+    keep, note = wide_decision(r8, 0.7, None)
+    assert not keep and "could not be measured" in note
+    assert wide_candidate(Recipe(), r8)
+    assert not wide_candidate(Recipe(), RangeChoice("minmax", {"minmax": FAR_SQNR_DB}, 4))
+    assert not wide_candidate(Recipe(), RangeChoice("minmax", {}, 1, "too few"))
+    assert not wide_candidate(Recipe(), None)
+    assert not wide_candidate(Recipe(activation_type="int16"), r8)
+    assert not wide_candidate(Recipe(weight_type="int4"), r8)
