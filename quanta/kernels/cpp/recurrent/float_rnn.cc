@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -54,6 +55,19 @@ SeqGemmFn seq_gemm_for(Isa isa) {
 }
 
 namespace {
+
+// A buffer of n floats left uninitialized: the X·Wᵀ products of every step (4 MB for
+// Resemblyzer's LSTMs: 160 steps x 6 rows x 1024 gates), all of which the product writes
+// before anything reads them; std::vector's zero fill of it was a memset of the whole
+// buffer per call.
+class ScratchF32 {
+ public:
+  explicit ScratchF32(size_t n) : p_(new float[n]) {}
+  float* data() { return p_.get(); }
+
+ private:
+  std::unique_ptr<float[]> p_;
+};
 
 // A direction's input projection (X·Wᵀ of every step: one product of L·B rows) on up to
 // `threads` threads, its rows in blocks of four, a few blocks a chunk: each chunk is the
@@ -197,7 +211,7 @@ void run_ort_gru_direction(const FloatRnnParams& p, int d, int threads) {
     L = std::max(L, len[b]);
   }
   if (L == 0) return;
-  std::vector<float> xw(static_cast<size_t>(L * B * N));
+  ScratchF32 xw(static_cast<size_t>(L * B * N));                  // every element written by the product
   split_rows(threads, L * B, I, N, [&](int64_t m0, int64_t m1) {  // (RNN-ORT-GRU1)
     gemm_mlas(p.x + m0 * I, I, p.w[d], I, N, xw.data() + m0 * N, N, m1 - m0, false);
   });
@@ -280,7 +294,7 @@ void run_direction(const FloatRnnParams& p, int d, int threads) {
     L = std::max(L, len[b]);
   }
   if (L == 0) return;
-  std::vector<float> xw(static_cast<size_t>(L * B * N));
+  ScratchF32 xw(static_cast<size_t>(L * B * N));  // every element written by the product
   split_rows(threads, L * B, I, N, [&](int64_t m0, int64_t m1) {
     if (p.ort) {
       gemm_mlas(p.x + m0 * I, I, p.w[d], I, N, xw.data() + m0 * N, N, m1 - m0, false);  // (RNN-ORT): X[:L] · Wᵀ

@@ -154,6 +154,15 @@ void seq_rows2_panel(const float* a, int64_t lda, const float* w, int64_t K, flo
   }
 }
 
+// How many k steps ahead seq_rows' six-row block prefetches its weight lines: 4 of every
+// 512-byte panel row, a strided stream. A batch-6 recurrence step (H = 256: R is 1 MB in 8
+// panels, read from L2 / L3 at every step) took 16-17 us without it, 13.2-13.7 with it 4
+// steps ahead (12.5-14 at 8 and 16; the same product on 64-column contiguous strips:
+// 13.5 without, 12.2 with); the 960-row input projection of the same weights is unchanged
+// (2.2-2.3 ms). Six rows are 24 multiplies and 24 adds a k step, so four prefetches there
+// take no load slot the loop needs; the blocks of fewer rows do not prefetch.
+constexpr int64_t kRowsPrefetch = 4;
+
 // Four rows × NV <= 4 vectors of one panel (4·kLanes columns at w, kSeqPanel floats a k
 // step; masked past ncols), each lane's chain as seq_block's. A row at a time reads the
 // whole panel (128 KB at K = 256, 256 KB at K = 512: L2, not L1) once per row; four rows
@@ -179,6 +188,14 @@ void seq_rows(const float* a, int64_t lda, const float* w, int64_t K, float* y, 
 #undef DECL
   for (int64_t k = 0; k < K; ++k) {
     const float* wk = w + k * kSeqPanel;
+    if (R == 6 && k + kRowsPrefetch < K) {
+      // the lines of this block's vectors kRowsPrefetch k steps ahead (the block's rows
+      // are NV·kLanes columns of each kSeqPanel-float panel row: a strided stream)
+      const float* ahead = wk + kRowsPrefetch * kSeqPanel;
+#pragma GCC unroll 4
+      for (int v = 0; v < (NV * L * 4 + 63) / 64; ++v)
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + 16 * v), _MM_HINT_T0);
+    }
     V w0 = T::load(m0, wk), w1 = T::load(m1, wk + L), w2 = T::load(m2, wk + 2 * L), w3 = T::load(m3, wk + 3 * L);
     // one load per weight vector for all the rows (seq_rows2_panel's reason)
     __asm__("" : "+v"(w0), "+v"(w1), "+v"(w2), "+v"(w3));
