@@ -175,7 +175,10 @@ constexpr int64_t kRowsPrefetch = 4;
 // weight vector once for six rows: a batch-6 recurrence (Resemblyzer's LSTMs, H = 256)
 // ran four rows here and two over the whole panel (seq_rows2_panel), three passes over
 // each 128 KB panel a step, out of L1.
-template <class T, int NV, int R>
+//
+// LD: the floats from one k step's weights to the next (kSeqPanel in the panels;
+// kSeqStrip in seq_gemm_strips_simd's strips, where the block's lines are contiguous).
+template <class T, int NV, int R, int64_t LD = kSeqPanel>
 void seq_rows(const float* a, int64_t lda, const float* w, int64_t K, float* y, int64_t ldy, int64_t ncols) {
   static_assert(R == 2 || R == 4 || R == 6, "seq_rows: two, four or six rows");
   constexpr int L = T::kLanes;
@@ -187,11 +190,10 @@ void seq_rows(const float* a, int64_t lda, const float* w, int64_t K, float* y, 
   QUANTA_SEQ_ROWS(DECL)
 #undef DECL
   for (int64_t k = 0; k < K; ++k) {
-    const float* wk = w + k * kSeqPanel;
+    const float* wk = w + k * LD;
     if (R == 6 && k + kRowsPrefetch < K) {
-      // the lines of this block's vectors kRowsPrefetch k steps ahead (the block's rows
-      // are NV·kLanes columns of each kSeqPanel-float panel row: a strided stream)
-      const float* ahead = wk + kRowsPrefetch * kSeqPanel;
+      // the lines of this block's vectors kRowsPrefetch k steps ahead (16 floats a line)
+      const float* ahead = wk + kRowsPrefetch * LD;
 #pragma GCC unroll 4
       for (int v = 0; v < (NV * L * 4 + 63) / 64; ++v)
         _mm_prefetch(reinterpret_cast<const char*>(ahead + 16 * v), _MM_HINT_T0);
@@ -291,6 +293,28 @@ void seq_gemm_simd(const float* a, int64_t lda, const float* w, int64_t K, int64
     for (; m0 < M; ++m0)
       for (int64_t n0 = 0; n0 < np; n0 += kCols)
         seq_block<T, 1, NV>(a + m0 * lda, lda, wp, kSeqPanel, y + m0 * ldy + p0, ldy, K, np, n0);
+  }
+}
+
+// seq_gemm on weights in strips (float_rnn.h kSeqStrip; AVX-512): per strip, blocks of
+// six rows (seq_rows, each k step's 64 columns one contiguous 256-byte run), then four,
+// two, one; each lane's chain as seq_block's.
+template <class T>
+void seq_gemm_strips_simd(const float* a, int64_t lda, const float* ws, int64_t K, int64_t N, float* y, int64_t ldy,
+                          int64_t M) {
+  static_assert(4 * T::kLanes == kSeqStrip, "seq_gemm_strips_simd: a strip is four vectors");
+  for (int64_t n0 = 0; n0 < N; n0 += kSeqStrip) {
+    const float* w = ws + n0 * K;
+    const int64_t nc = N - n0 < kSeqStrip ? N - n0 : kSeqStrip;
+    float* yc = y + n0;
+    by_vectors(nc, T::kLanes, [&](auto nv) {
+      constexpr int kNv = decltype(nv)::value;
+      int64_t m0 = 0;
+      for (; m0 + 6 <= M; m0 += 6) seq_rows<T, kNv, 6, kSeqStrip>(a + m0 * lda, lda, w, K, yc + m0 * ldy, ldy, nc);
+      for (; m0 + 4 <= M; m0 += 4) seq_rows<T, kNv, 4, kSeqStrip>(a + m0 * lda, lda, w, K, yc + m0 * ldy, ldy, nc);
+      for (; m0 + 2 <= M; m0 += 2) seq_rows<T, kNv, 2, kSeqStrip>(a + m0 * lda, lda, w, K, yc + m0 * ldy, ldy, nc);
+      for (; m0 < M; ++m0) seq_block<T, 1, kNv>(a + m0 * lda, lda, w, kSeqStrip, yc + m0 * ldy, ldy, K, nc, 0);
+    });
   }
 }
 
