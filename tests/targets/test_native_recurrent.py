@@ -847,6 +847,52 @@ def test_float_rnn_step_team_gives_the_twin_bytes(op, H, B, direction, variant, 
         _native.pool_solo_for(0)
 
 
+@pytest.mark.parametrize(
+    ("op", "H", "n_in", "T", "B"),
+    [
+        ("LSTM", 250, 257, 31, 31),  # X·Wᵀ: 961 rows, 1000 columns, K 257; H·Rᵀ: 31 rows
+        ("GRU", 17, 40, 7, 1),  # X·Wᵀ: 7 rows (a six-row block and one), h columns: 17
+        ("GRU", 17, 300, 1, 7),  # a batch of 7: a six-row block and one, 34 and 17 columns
+        ("LSTM", 7, 300, 5, 1),  # 5 rows: a four-row block and one
+        ("LSTM", 67, 40, 1, 1),  # one row
+        ("GRU", 100, 257, 13, 6),  # 78 rows, K 257 / 100, a tail panel of 44 columns
+        ("LSTM", 20, 5, 3, 6),  # K 5: the prefetch distance (4 k steps) past the first step
+        ("LSTM", 20, 3, 3, 6),  # K 3: every step within the prefetch distance of K
+        # 64+ steps at batch 6+: the recurrence on R's strips (seq_gemm_strips_simd)
+        ("LSTM", 67, 40, 64, 7),  # 268 columns: 4 strips and 12 columns; rows 6 + 1
+        ("LSTM", 37, 17, 64, 9),  # 148 columns: 2 strips and 20; rows 6 + 2 + 1
+        ("LSTM", 20, 5, 65, 10),  # 80 columns: a strip and 16; rows 6 + 4; K 20
+        ("LSTM", 100, 300, 70, 13),  # 400 columns: 6 strips and 16; StepTeam at 2 threads
+    ],
+)
+def test_float_rnn_six_row_blocks_with_prefetch_give_the_twin_bytes(op, H, n_in, T, B):
+    """The six-row blocks of seq_gemm_simd.h seq_rows (AVX-512: the input projection of
+    T·B rows and a batch-6+ recurrence) prefetch their weight lines kRowsPrefetch k steps
+    ahead: row counts that are not a multiple of six (1, 5, 7, 78, 961 input rows; 7 and 31
+    batch rows), column counts 17 to 1000 with tail panels, K of 3, 5, 40, 257, 300 (every
+    k step, some or none inside the prefetch distance of K); an LSTM of 64+ steps at batch
+    6+ runs its recurrence on R repacked into 64-column strips (float_rnn.cc
+    kStripMinSteps), with tail strips of 12, 16, 20 columns and 1, 2+1, 4 rows after the
+    six-row blocks: each output the twin's chain on every ISA, 1 and 2 threads."""
+    rng = np.random.default_rng(H * 1000 + n_in * 10 + B)
+    inputs = _float_inputs(
+        rng,
+        op,
+        T=T,
+        B=B,
+        n_in=n_in,
+        H=H,
+        D=1,
+        bias=True,
+        lens=None,
+        h0=True,
+        c0=True,
+        peephole=op == "LSTM",
+        layout=0,
+    )
+    _check_float(op, inputs, {"hidden_size": H, "direction": "forward", "layout": 0})
+
+
 def _float64_lstm_forward(x, w, r, b):
     """An LSTM (forward, default activations) in float64: the exact-math yardstick."""
     T, B, _ = x.shape

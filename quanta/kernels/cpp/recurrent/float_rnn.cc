@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -30,6 +31,7 @@ namespace recurrent {
 extern const SeqGemmFn kSeqGemmPortable;
 extern const SeqGemmFn kSeqGemmAvx2;
 extern const SeqGemmFn kSeqGemmAvx512Vnni;
+extern const SeqGemmFn kSeqGemmStripsAvx512Vnni;
 
 extern const SeqGemmMlasFn kSeqGemmMlasPortable;
 extern const SeqGemmMlasFn kSeqGemmMlasAvx2;
@@ -53,7 +55,39 @@ SeqGemmFn seq_gemm_for(Isa isa) {
   return kSeqGemmPortable;
 }
 
+SeqGemmFn seq_gemm_strips_for(Isa isa) { return isa == Isa::kAvx512Vnni ? kSeqGemmStripsAvx512Vnni : nullptr; }
+
 namespace {
+
+// A batch-6+ LSTM recurrence of this many steps or more runs its H·Rᵀ on R repacked into
+// strips (float_rnn.h kSeqStrip): the repack is one pass over R (1 MB at H = 256, ~50 us),
+// a step saves ~1 us of ~13 there (benchmarks/results/2026-12-06b-lstm12.md).
+constexpr int64_t kStripMinSteps = 64;
+
+// panels (kSeqPanel columns) -> strips (kSeqStrip columns) of w [K, N]
+std::vector<float> panels_to_strips(const float* w, int64_t K, int64_t N) {
+  const int64_t strips = (N + kSeqStrip - 1) / kSeqStrip, per = kSeqPanel / kSeqStrip;
+  std::vector<float> out(static_cast<size_t>(strips * K * kSeqStrip));
+  for (int64_t s = 0; s < strips; ++s) {
+    const float* panel = w + (s / per) * kSeqPanel * K + (s % per) * kSeqStrip;
+    for (int64_t k = 0; k < K; ++k)
+      std::memcpy(out.data() + (s * K + k) * kSeqStrip, panel + k * kSeqPanel, sizeof(float) * kSeqStrip);
+  }
+  return out;
+}
+
+// A buffer of n floats left uninitialized: the X·Wᵀ products of every step (4 MB for
+// Resemblyzer's LSTMs: 160 steps x 6 rows x 1024 gates), all of which the product writes
+// before anything reads them; std::vector's zero fill of it was a memset of the whole
+// buffer per call.
+class ScratchF32 {
+ public:
+  explicit ScratchF32(size_t n) : p_(new float[n]) {}
+  float* data() { return p_.get(); }
+
+ private:
+  std::unique_ptr<float[]> p_;
+};
 
 // A direction's input projection (X·Wᵀ of every step: one product of L·B rows) on up to
 // `threads` threads, its rows in blocks of four, a few blocks a chunk: each chunk is the
@@ -197,7 +231,7 @@ void run_ort_gru_direction(const FloatRnnParams& p, int d, int threads) {
     L = std::max(L, len[b]);
   }
   if (L == 0) return;
-  std::vector<float> xw(static_cast<size_t>(L * B * N));
+  ScratchF32 xw(static_cast<size_t>(L * B * N));                  // every element written by the product
   split_rows(threads, L * B, I, N, [&](int64_t m0, int64_t m1) {  // (RNN-ORT-GRU1)
     gemm_mlas(p.x + m0 * I, I, p.w[d], I, N, xw.data() + m0 * N, N, m1 - m0, false);
   });
@@ -280,7 +314,7 @@ void run_direction(const FloatRnnParams& p, int d, int threads) {
     L = std::max(L, len[b]);
   }
   if (L == 0) return;
-  std::vector<float> xw(static_cast<size_t>(L * B * N));
+  ScratchF32 xw(static_cast<size_t>(L * B * N));  // every element written by the product
   split_rows(threads, L * B, I, N, [&](int64_t m0, int64_t m1) {
     if (p.ort) {
       gemm_mlas(p.x + m0 * I, I, p.w[d], I, N, xw.data() + m0 * N, N, m1 - m0, false);  // (RNN-ORT): X[:L] · Wᵀ
@@ -310,6 +344,15 @@ void run_direction(const FloatRnnParams& p, int d, int threads) {
   float* yh = p.y_h + d * B * H;
   float* yc = p.y_c ? p.y_c + d * B * H : nullptr;
   const float* R = p.r[d];
+  // a long batch-6+ LSTM: H·Rᵀ on R's strips (same chains, same bytes)
+  SeqGemmFn rgemm = gemm;
+  std::vector<float> r_strips;
+  const SeqGemmFn strips_fn = seq_gemm_strips_for(p.isa);
+  if (!p.gru && !p.ort && strips_fn != nullptr && B >= 6 && L >= kStripMinSteps) {
+    r_strips = panels_to_strips(R, H, N);
+    R = r_strips.data();
+    rgemm = strips_fn;
+  }
   const bool lbr = p.gru && p.linear_before_reset;
   std::vector<float> zr_all(p.gru ? B * 2 * H : 0);  // the GRU's z and r of every row
   // The LSTM's gates: the recurrent family's row step of the same ISA, which computes
@@ -369,7 +412,7 @@ void run_direction(const FloatRnnParams& p, int d, int threads) {
           }
           gemm_mlas(h.data(), H, R + c0 * H, H, c1 - c0, hr.data() + c0, N, B, true);
         } else {
-          gemm(h.data(), H, R + c0 * H, H, c1 - c0, hr.data() + c0, N, B);
+          rgemm(h.data(), H, R + c0 * H, H, c1 - c0, hr.data() + c0, N, B);
         }
       };
       team.phase(nz + (lbr ? nh : 0), products);

@@ -45,6 +45,18 @@ using SeqGemmFn = void (*)(const float* a, int64_t lda, const float* w, int64_t 
                            int64_t M);
 SeqGemmFn seq_gemm_for(Isa isa);
 
+// Columns per weight strip: the same w [K, N] as strips of kSeqStrip columns, strip s =
+// columns [s·kSeqStrip, (s + 1)·kSeqStrip) as [K][kSeqStrip] contiguous, zero-padded past
+// N; the block starting at a column c that is a multiple of kSeqStrip starts at w + c·K,
+// as in the panels. A six-row block reads one contiguous stream (one 64-column half of
+// a panel is a strided one): float_rnn.cc repacks a long batch-6+ LSTM recurrence's R so
+// (docs/float-ops.md "LSTM and GRU").
+constexpr int64_t kSeqStrip = 64;
+
+// seq_gemm on strips: the (RNN1) chains of seq_gemm, the bytes of seq_gemm; null on an
+// ISA without a strips kernel (AVX2, portable: the panels only).
+SeqGemmFn seq_gemm_strips_for(Isa isa);
+
 // OrtLSTM's products (docs/float-ops.md (RNN-ORT)), as ONNX Runtime's MLAS float GEMM
 // forms them on prepacked weights: per block of kMlasStrideK k, one fused multiply-add
 // chain from +0 in increasing k, added to y (accumulate, or from the second block on) or

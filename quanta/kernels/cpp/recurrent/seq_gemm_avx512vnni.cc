@@ -7,6 +7,7 @@ namespace quanta {
 namespace recurrent {
 
 extern const SeqGemmFn kSeqGemmAvx512Vnni = seq_gemm_simd<simd::F32x16, 8, true>;
+extern const SeqGemmFn kSeqGemmStripsAvx512Vnni = seq_gemm_strips_simd<simd::F32x16>;
 extern const SeqGemmMlasFn kSeqGemmMlasAvx512Vnni = seq_gemm_mlas_simd<simd::F32x16, 8, true>;
 
 }  // namespace recurrent
