@@ -746,4 +746,3 @@ def test_a_shared_weight_with_a_reader_gptq_does_not_take_keeps_one_nearest_copy
     a, b = _integer_copies(outs["nearest"], w.shape), _integer_copies(outs["gptq"], w.shape)
     assert len(a) == 1 and len(b) == 1
     np.testing.assert_array_equal(a[0], b[0])
-
