@@ -93,7 +93,7 @@ def bench_model(
 ) -> BenchResult:
     """Time ``model`` (see the module docstring); ``threads`` 0: all cores."""
     import quanta
-    from quanta.cli.main import CliError, random_feeds
+    from quanta.cli.main import CliError, defaulted_dims, random_feeds
     from quanta.runtime.profile import Profiler
     from quanta.session import resolve_threads
 
@@ -109,8 +109,19 @@ def bench_model(
     opts = quanta.SessionOptions()
     opts.intra_op_num_threads = n_threads
     sess = quanta.InferenceSession(str(model), sess_options=opts, backend=backend)
+    guessed: list[str] = []
     if feeds is None:
         feeds = random_feeds(sess, seed=seed, batch=batch, dims=dims)
+        guessed = defaulted_dims(sess, dims)
+    if guessed:  # sizes of 1 the model may not take (a pooling window larger than the image)
+        try:
+            sess.run(None, feeds)
+        except Exception as e:
+            sizes = " ".join(f"--dim {n}=SIZE" for n in guessed)
+            raise CliError(
+                f"{model}: the generated inputs set the symbolic dimension(s) {', '.join(guessed)} to 1 "
+                f"and the model does not run at that size ({e}); give real sizes: {sizes}"
+            ) from e
     ort_sess = None
     ort_error = ""
     if vs_ort:

@@ -84,6 +84,21 @@ def random_feeds(
     return feeds
 
 
+def defaulted_dims(source: Any, dims: dict[str, int] | None = None) -> list[str]:
+    """The symbolic dimensions after an input's first that :func:`random_feeds` sets to
+    1 because ``dims`` does not name them (an image model's ``height`` and ``width``)."""
+    dims = dims or {}
+    model = getattr(source, "model", source)
+    names: list[str] = []
+    for v in model.graph.inputs:
+        if v.const is not None or v.type is None or not v.type.shape:
+            continue
+        for d in list(v.type.shape)[1:]:
+            if not (isinstance(d, int) and d >= 0) and str(d) not in dims and str(d) not in names:
+                names.append(str(d))
+    return names
+
+
 def parse_dims(items: list[str] | None) -> dict[str, int]:
     """``["sequence=128", "batch=4"]`` -> {"sequence": 128, "batch": 4}."""
     out: dict[str, int] = {}

@@ -181,3 +181,25 @@ def test_bench_dim_and_feeds_errors_are_one_line(tmp_path, capsys):
     )
     assert main(["bench", str(p), "--feeds", str(tmp_path / "none.npz")]) == 2
     assert capsys.readouterr().err == f"quanta: error: {tmp_path / 'none.npz'}: no such file\n"
+
+
+def test_bench_names_the_symbolic_dimensions_it_set_to_1_when_the_model_cannot_run_there(tmp_path, capsys):
+    """An image model with symbolic height and width: generated inputs of 1 x 1 do not
+    fit its 3 x 3 pooling window; the one-line error names the dimensions and the option
+    (and with --dim the same model runs)."""
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3])
+    g = helper.make_graph(
+        [node],
+        "pool",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 7, "height", "width"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    p = tmp_path / "pool.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), p)
+    assert main(["bench", str(p), "--warmup", "0", "--runs", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "height, width to 1" in err[0] and "--dim height=SIZE --dim width=SIZE" in err[0]
+    assert main(["bench", str(p), "--warmup", "0", "--runs", "1", "--dim", "height=9", "--dim", "width=11"]) == 0
