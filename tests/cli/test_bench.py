@@ -202,4 +202,6 @@ def test_bench_names_the_symbolic_dimensions_it_set_to_1_when_the_model_cannot_r
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
     assert "height, width to 1" in err[0] and "--dim height=SIZE --dim width=SIZE" in err[0]
-    assert main(["bench", str(p), "--warmup", "0", "--runs", "1", "--dim", "height=9", "--dim", "width=11"]) == 0
+    assert (
+        main(["bench", str(p), "--warmup", "0", "--runs", "1", "--dim", "height=9", "--dim", "width=11"]) == 0
+    )
