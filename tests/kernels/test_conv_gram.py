@@ -5,25 +5,12 @@ path of quanta.quantize.rounding.RoundedLayer, on every instruction set's build.
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from onnx import TensorProto, helper, numpy_helper
 
 from quanta.quantize.rounding import RoundedLayer
-
-
-def _grouped_conv(w: np.ndarray, group: int, **attrs) -> onnx.ModelProto:
-    node = helper.make_node("Conv", ["x", "w"], ["y"], group=group, name="conv", **attrs)
-    g = helper.make_graph(
-        [node],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", w.shape[1] * group, "H", "W"])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(w, "w")],
-    )
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+from tests.quantize.test_rounding import _grouped_conv
 
 
 @settings(max_examples=25, deadline=None)
