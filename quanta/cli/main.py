@@ -709,4 +709,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run as `python -m quanta.cli.main`, this file is `__main__`, a second module whose
+    # CliError is another class than the one the subcommands import: run the package's
+    # own module so their errors are caught and printed as one line
+    from quanta.cli import main as _cli
+
+    sys.exit(_cli.main())
