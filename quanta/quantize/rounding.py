@@ -340,7 +340,7 @@ class RoundedLayer:
         the same integers in any grouping of the positions."""
         p = c.shape[2]
         if p > _GRAM_STEP // 2 or c.nbytes > PENDING_BYTES // 2:
-            self._gram_into(self._odd if odd else self._even, c, o)
+            self._gram_into(self._writable(odd), c, o)
             return
         queue = self._pending[odd]
         if queue and (
@@ -351,7 +351,7 @@ class RoundedLayer:
             self._flush(odd)
         if _PENDING_TOTAL[0] + c.nbytes > PENDING_TOTAL_BYTES:  # every layer's queues together
             self._flush(odd)
-            self._gram_into(self._odd if odd else self._even, c, o)
+            self._gram_into(self._writable(odd), c, o)
             return
         queue.append(c)
         _PENDING_TOTAL[0] += c.nbytes
@@ -372,14 +372,19 @@ class RoundedLayer:
         c = queue[0] if len(queue) == 1 else np.concatenate(queue, axis=2)
         _PENDING_TOTAL[0] = max(0, _PENDING_TOTAL[0] - sum(a.nbytes for a in queue))
         queue.clear()
+        self._gram_into(self._writable(odd), c, self._pending_o)
+
+    def _writable(self, odd: int) -> np.ndarray:
+        """Half ``odd``'s sums, copied first when they are read-only (a state received
+        from another process, zero-copy), so that sums can be added into them in place."""
         half = self._odd if odd else self._even
-        if not half.flags.writeable:  # a state received from another process (zero-copy)
+        if isinstance(half, np.ndarray) and not half.flags.writeable:
             half = half.copy()
             if odd:
                 self._odd = half
             else:
                 self._even = half
-        self._gram_into(half, c, self._pending_o)
+        return half
 
     def __getstate__(self) -> dict:
         # a state leaves this process (a shard's result, a copy) with every sum added:
@@ -441,7 +446,7 @@ class RoundedLayer:
             if self._native_gram(codes.dtype, self.k):
                 self._queue(odd, x2.T[None], o)
             else:
-                self._gram_into(self._odd if odd else self._even, x2.T[None], o)
+                self._gram_into(self._writable(odd), x2.T[None], o)
             return
         kh, kw = self.kernel
         sh, sw = [*self.attrs.get("strides", [1, 1]), 1, 1][:2]
@@ -451,17 +456,11 @@ class RoundedLayer:
         wo = (codes.shape[3] + pads[1] + pads[3] - kw) // sw + 1
         rows = len(codes) * ho * wo
         odd = self._half(rows, rows * m2)
-        half = self._odd if odd else self._even
+        half = self._writable(odd)
         native = self._native_gram(codes.dtype, k)
         if not native and codes.dtype == np.uint8 and half.dtype == np.int64:
             conv_gram = _native_conv_gram()
             if conv_gram is not None:  # narrow 8-bit Grams (depthwise, a stem): summed natively
-                if not half.flags.writeable:  # a state received from another process
-                    half = half.copy()
-                    if odd:
-                        self._odd = half
-                    else:
-                        self._even = half
                 conv_gram(np.ascontiguousarray(codes), o, g, (kh, kw), (sh, sw), pads, half)
                 return
         # a 1x1 convolution of stride 1 without padding reads each position once: its

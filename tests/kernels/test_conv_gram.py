@@ -103,3 +103,37 @@ def test_a_plain_1x1_conv_reads_its_codes_without_im2col(monkeypatch):
     xi = np.clip(np.rint(x.astype(np.float64) / np.float64(np.float32(0.021))) + 131, 0, 255) - 131
     r = xi.transpose(0, 2, 3, 1).reshape(-1, 41).astype(np.int64)
     np.testing.assert_array_equal(layer.hessians()[0][0], r.T @ r)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_received_read_only_state_still_takes_narrow_conv_sums(native, monkeypatch):
+    """A state received zero-copy from another process has read-only sums: observing more
+    samples into it copies them first (RoundedLayer._writable), on the native narrow Gram
+    and on the im2col path alike, and gives the sums of one stream."""
+    from quanta.ir.onnx_io import from_proto
+    from quanta.quantize import rounding
+
+    if not native:
+        monkeypatch.setattr(rounding, "_native_conv_gram", lambda: None)
+
+    w = np.random.default_rng(11).standard_normal((14, 1, 3, 3)).astype(np.float32)  # depthwise, K = 9
+    n = from_proto(_grouped_conv(w, 7, pads=[1, 1, 1, 1], strides=[2, 1])).graph.nodes[0]
+    xs = [np.random.default_rng(12 + i).standard_normal((1, 7, 9, 13)).astype(np.float32) for i in range(3)]
+
+    def layer():
+        lay = RoundedLayer(n, "x", "w", w)
+        lay.set_input(0.027, 113, 0, 255)
+        return lay
+
+    ref = layer()
+    for x in xs:
+        ref.observe(x)
+    got = layer()
+    got.observe(xs[0])
+    got._even.flags.writeable = False
+    got._odd.flags.writeable = False
+    got.observe(xs[1])
+    got.observe(xs[2])
+    np.testing.assert_array_equal(got.hessians()[0], ref.hessians()[0])
+    np.testing.assert_array_equal(got.hessians()[1], ref.hessians()[1])
+    assert ref.hessians()[1].any()
