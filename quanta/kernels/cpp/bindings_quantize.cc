@@ -180,9 +180,9 @@ void conv_gram_u8(const py::handle& x_obj, int64_t zero_point, int64_t groups, s
   for (int64_t v : pads) {
     if (v < 0) throw py::value_error(op + ": pads must not be negative");
   }
-  conv_gram::Args a{x.data(), c,         x.shape(2), x.shape(3), static_cast<int32_t>(zero_point),
-                    groups,   kernel[0], kernel[1],  strides[0], strides[1],
-                    pads[0],  pads[1],   pads[2],    pads[3],    nullptr};
+  conv_gram::Args a{x.data(), n,         c,         x.shape(2), x.shape(3), static_cast<int32_t>(zero_point),
+                    groups,   kernel[0], kernel[1], strides[0], strides[1], pads[0],
+                    pads[1],  pads[2],   pads[3],   nullptr};
   const int64_t k = conv_gram::rows(a);
   if (shape_of(out) != std::vector<int64_t>{groups, k, k}) {
     throw py::value_error(op + ": out: expected shape " + shape_str({groups, k, k}) + ", got shape " +
@@ -190,14 +190,9 @@ void conv_gram_u8(const py::handle& x_obj, int64_t zero_point, int64_t groups, s
   }
   if (!out.writeable()) throw py::value_error(op + ": out: expected a writeable array");
   a.out = out.mutable_data();
-  const int64_t sample = c * x.shape(2) * x.shape(3);
-  const uint8_t* base = x.data();
   const Isa isa = active_isa();
   py::gil_scoped_release release;
-  for (int64_t i = 0; i < n; ++i) {
-    a.x = base + i * sample;
-    conv_gram::accumulate(a, isa);
-  }
+  conv_gram::accumulate(a, isa);
 }
 
 }  // namespace

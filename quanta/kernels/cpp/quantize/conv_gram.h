@@ -18,8 +18,8 @@ namespace quanta {
 namespace conv_gram {
 
 struct Args {
-  const uint8_t* x;  // one sample's codes [C, H, W], contiguous
-  int64_t channels, height, width;
+  const uint8_t* x;  // the samples' codes [N, C, H, W], contiguous
+  int64_t samples, channels, height, width;
   int32_t zero_point;
   int64_t groups, kh, kw, sh, sw;
   int64_t pad_top, pad_left, pad_bottom, pad_right;
@@ -29,7 +29,8 @@ struct Args {
 // The number of Gram rows a group has: C / groups · kh · kw.
 int64_t rows(const Args& a);
 
-// Adds one sample's Gram matrices into a.out (the instruction set's build of the same sums).
+// Adds the samples' Gram matrices into a.out (the instruction set's build of the same sums;
+// its scratch is allocated once for all the samples).
 void accumulate(const Args& a, Isa isa);
 void accumulate_portable(const Args& a);
 void accumulate_avx2(const Args& a);

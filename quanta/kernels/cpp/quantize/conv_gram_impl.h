@@ -36,46 +36,49 @@ void accumulate_body(const Args& a) {
   std::vector<int16_t> cols(static_cast<size_t>(k * chunk));
   std::vector<int32_t> sums(static_cast<size_t>(k * k));
   const int32_t o = a.zero_point;
-  for (int64_t g = 0; g < a.groups; ++g) {
-    int64_t* out = a.out + g * k * k;
-    for (int64_t p0 = 0; p0 < positions; p0 += chunk) {
-      const int64_t n = std::min(chunk, positions - p0);
-      // im2col of the chunk: row r = (channel, tap), x_int = code − o, 0 where padded
-      for (int64_t ci = 0; ci < cg; ++ci) {
-        const uint8_t* plane = a.x + (g * cg + ci) * a.height * a.width;
-        for (int64_t t = 0; t < taps; ++t) {
-          const int64_t i = t / a.kw, j = t % a.kw;
-          int16_t* row = cols.data() + (ci * taps + t) * chunk;
-          int64_t oy = p0 / wo, ox = p0 % wo;
-          for (int64_t q = 0; q < n;) {
-            // one output row's run of positions at a time
-            const int64_t run = std::min(wo - ox, n - q);
-            const int64_t y = oy * a.sh + i - a.pad_top;
-            if (y < 0 || y >= a.height) {
-              std::fill(row + q, row + q + run, int16_t{0});
-            } else {
-              const uint8_t* line = plane + y * a.width;
-              for (int64_t e = 0; e < run; ++e) {
-                const int64_t x = (ox + e) * a.sw + j - a.pad_left;
-                row[q + e] = (x >= 0 && x < a.width) ? static_cast<int16_t>(int32_t(line[x]) - o) : int16_t{0};
+  const int64_t sample_size = a.channels * a.height * a.width;
+  for (int64_t sample = 0; sample < a.samples; ++sample) {
+    for (int64_t g = 0; g < a.groups; ++g) {
+      int64_t* out = a.out + g * k * k;
+      for (int64_t p0 = 0; p0 < positions; p0 += chunk) {
+        const int64_t n = std::min(chunk, positions - p0);
+        // im2col of the chunk: row r = (channel, tap), x_int = code − o, 0 where padded
+        for (int64_t ci = 0; ci < cg; ++ci) {
+          const uint8_t* plane = a.x + sample * sample_size + (g * cg + ci) * a.height * a.width;
+          for (int64_t t = 0; t < taps; ++t) {
+            const int64_t i = t / a.kw, j = t % a.kw;
+            int16_t* row = cols.data() + (ci * taps + t) * chunk;
+            int64_t oy = p0 / wo, ox = p0 % wo;
+            for (int64_t q = 0; q < n;) {
+              // one output row's run of positions at a time
+              const int64_t run = std::min(wo - ox, n - q);
+              const int64_t y = oy * a.sh + i - a.pad_top;
+              if (y < 0 || y >= a.height) {
+                std::fill(row + q, row + q + run, int16_t{0});
+              } else {
+                const uint8_t* line = plane + y * a.width;
+                for (int64_t e = 0; e < run; ++e) {
+                  const int64_t x = (ox + e) * a.sw + j - a.pad_left;
+                  row[q + e] = (x >= 0 && x < a.width) ? static_cast<int16_t>(int32_t(line[x]) - o) : int16_t{0};
+                }
               }
+              q += run;
+              ox = 0;
+              ++oy;
             }
-            q += run;
-            ox = 0;
-            ++oy;
           }
         }
-      }
-      for (int64_t r1 = 0; r1 < k; ++r1) {
-        for (int64_t r2 = r1; r2 < k; ++r2) {
-          sums[r1 * k + r2] = dot(cols.data() + r1 * chunk, cols.data() + r2 * chunk, n);
+        for (int64_t r1 = 0; r1 < k; ++r1) {
+          for (int64_t r2 = r1; r2 < k; ++r2) {
+            sums[r1 * k + r2] = dot(cols.data() + r1 * chunk, cols.data() + r2 * chunk, n);
+          }
         }
-      }
-      for (int64_t r1 = 0; r1 < k; ++r1) {
-        for (int64_t r2 = r1; r2 < k; ++r2) {
-          const int64_t s = sums[r1 * k + r2];
-          out[r1 * k + r2] += s;
-          if (r2 != r1) out[r2 * k + r1] += s;
+        for (int64_t r1 = 0; r1 < k; ++r1) {
+          for (int64_t r2 = r1; r2 < k; ++r2) {
+            const int64_t s = sums[r1 * k + r2];
+            out[r1 * k + r2] += s;
+            if (r2 != r1) out[r2 * k + r1] += s;
+          }
         }
       }
     }
