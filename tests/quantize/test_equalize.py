@@ -13,6 +13,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import quanta
+from tests.quantize.test_smooth import _sqnr
 
 # the expansion's output channels span 50x: channels 1 and 3 get a few levels of the
 # per-tensor grid that channel 0 sets; the depthwise layer weighs the small channels up
@@ -69,17 +70,6 @@ def _with_outputs(model: onnx.ModelProto, names: list[str]) -> bytes:
     for n in names:
         m.graph.output.append(helper.make_tensor_value_info(n, TensorProto.FLOAT, None))
     return m.SerializeToString()
-
-
-def _sqnr(src, path, feeds) -> float:
-    ref = quanta.InferenceSession(str(src), backend="reference")
-    got = quanta.InferenceSession(str(path), backend="reference")
-    sig = noise = 0.0
-    for f in feeds:
-        r, q = ref.run(None, f)[0].astype(np.float64), got.run(None, f)[0]
-        sig += float(np.sum(r**2))
-        noise += float(np.sum((r - q) ** 2))
-    return 10 * np.log10(sig / noise)
 
 
 def _planned():

@@ -85,6 +85,17 @@ def inputs(rng: np.random.Generator, rows: int = 37) -> np.ndarray:
     return x
 
 
+def forest_attrs(f: dict, prefix: str, **extra) -> dict:
+    """``forest``'s nodes and its leaves' weight entries as a regressor's (``target``) or
+    a classifier's (``class``) attributes, plus ``extra``."""
+    t, n, c, v = f["weights"]
+    return dict(
+        f["nodes"],
+        **{f"{prefix}_treeids": t, f"{prefix}_nodeids": n, f"{prefix}_ids": c, f"{prefix}_weights": v},
+        **extra,
+    )
+
+
 def model(op: str, attrs: dict, outputs: list):
     node = helper.make_node(op, ["x"], [o.name for o in outputs], domain=ML, **attrs)
     g = helper.make_graph(
@@ -119,13 +130,9 @@ def check(m, x: np.ndarray, against_ort: bool = True) -> None:
 def test_regressor_matches_the_reference_bytes_and_onnxruntime(aggregate: str) -> None:
     rng = np.random.default_rng(3)
     f = forest(rng, trees=9, depth=6, outputs=2, modes=ORT_MODES)
-    t, n, c, v = f["weights"]
-    attrs = dict(
-        f["nodes"],
-        target_treeids=t,
-        target_nodeids=n,
-        target_ids=c,
-        target_weights=v,
+    attrs = forest_attrs(
+        f,
+        "target",
         n_targets=2,
         aggregate_function=aggregate,
         base_values=[0.25, -1.5],
@@ -141,16 +148,12 @@ def test_regressor_matches_the_reference_bytes_and_onnxruntime(aggregate: str) -
 def test_classifier_matches_the_reference_bytes_and_onnxruntime(post: str, labels: str) -> None:
     rng = np.random.default_rng(5)
     f = forest(rng, trees=11, depth=5, outputs=3, modes=ORT_MODES)
-    t, n, c, v = f["weights"]
     names = (
         {"classlabels_int64s": [4, 0, 17]} if labels == "int64" else {"classlabels_strings": ["a", "b", "zz"]}
     )
-    attrs = dict(
-        f["nodes"],
-        class_treeids=t,
-        class_nodeids=n,
-        class_ids=c,
-        class_weights=v,
+    attrs = forest_attrs(
+        f,
+        "class",
         post_transform=post,
         base_values=[0.5, 0.0, -0.25],
         **names,
@@ -168,13 +171,9 @@ def test_binary_classifier_of_one_class_column() -> None:
     is minus the second after LOGISTIC's input (both engines' convention)."""
     rng = np.random.default_rng(9)
     f = forest(rng, trees=6, depth=4, outputs=1, modes=ORT_MODES)
-    t, n, c, v = f["weights"]
-    attrs = dict(
-        f["nodes"],
-        class_treeids=t,
-        class_nodeids=n,
-        class_ids=c,
-        class_weights=v,
+    attrs = forest_attrs(
+        f,
+        "class",
         post_transform="LOGISTIC",
         base_values=[0.3],
         classlabels_int64s=[0, 1],
@@ -209,8 +208,7 @@ def test_a_node_naming_a_missing_child_names_itself() -> None:
 def test_every_branch_mode_with_nans_gives_the_reference_bytes() -> None:
     rng = np.random.default_rng(21)
     f = forest(rng, trees=13, depth=7, outputs=3)
-    t, n, c, v = f["weights"]
-    attrs = dict(f["nodes"], target_treeids=t, target_nodeids=n, target_ids=c, target_weights=v, n_targets=3)
+    attrs = forest_attrs(f, "target", n_targets=3)
     outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
     check(model("TreeEnsembleRegressor", attrs, outs), inputs(rng, rows=101), against_ort=False)
 
@@ -249,8 +247,7 @@ def test_neq_of_a_nan_follows_the_missing_track_onnxruntime_takes_true() -> None
 def test_an_input_narrower_than_the_features_read_names_itself() -> None:
     rng = np.random.default_rng(4)
     f = forest(rng, trees=3, depth=3, outputs=1, modes=ORT_MODES)
-    t, n, c, v = f["weights"]
-    attrs = dict(f["nodes"], target_treeids=t, target_nodeids=n, target_ids=c, target_weights=v, n_targets=1)
+    attrs = forest_attrs(f, "target", n_targets=1)
     m = model("TreeEnsembleRegressor", attrs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     m.graph.input[0].type.tensor_type.shape.dim[1].Clear()  # no declared width: the op checks it
     widest = max(fid for fid, mode in zip(attrs["nodes_featureids"], attrs["nodes_modes"]) if mode != "LEAF")
