@@ -23,12 +23,11 @@ from __future__ import annotations
 import numpy as np
 
 from quanta.ir.graph import Value, result_type
+from quanta.ir.op_facts import MS
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import describe
 
 __all__ = ["FuseNBitsBias"]
-
-MS = "com.microsoft"
 
 
 class _BiasIntoNBits(Rule):
