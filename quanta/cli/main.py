@@ -69,10 +69,7 @@ def random_feeds(
         if v.const is not None:
             continue  # an overridable initializer: its default is the feed
         t = v.type
-        shape = [
-            d if isinstance(d, int) and d >= 0 else dims.get(str(d), batch if k == 0 else 1)
-            for k, d in enumerate((t.shape if t is not None else None) or [])
-        ]
+        shape = _feed_shape(t, batch, dims)
         dtype = np.dtype(t.elem.numpy) if t is not None else np.dtype(np.float32)
         if dtype.kind == "f" or dtype.kind == "V":
             arr = rng.standard_normal(shape).astype(np.float32).astype(dtype)
@@ -84,18 +81,27 @@ def random_feeds(
     return feeds
 
 
+def _feed_shape(t: Any, batch: int, dims: dict[str, int], guessed: list[str] | None = None) -> list[int]:
+    """An input's generated shape (:func:`random_feeds`' rule); the names of the symbolic
+    dimensions after the first that no ``dims`` entry sizes (set to 1) go into ``guessed``."""
+    shape = []
+    for k, d in enumerate((t.shape if t is not None else None) or []):
+        if isinstance(d, int) and d >= 0:
+            shape.append(d)
+            continue
+        if k and str(d) not in dims and guessed is not None and str(d) not in guessed:
+            guessed.append(str(d))
+        shape.append(dims.get(str(d), batch if k == 0 else 1))
+    return shape
+
+
 def defaulted_dims(source: Any, dims: dict[str, int] | None = None) -> list[str]:
     """The symbolic dimensions after an input's first that :func:`random_feeds` sets to
     1 because ``dims`` does not name them (an image model's ``height`` and ``width``)."""
-    dims = dims or {}
-    model = getattr(source, "model", source)
     names: list[str] = []
-    for v in model.graph.inputs:
-        if v.const is not None or v.type is None or not v.type.shape:
-            continue
-        for d in list(v.type.shape)[1:]:
-            if not (isinstance(d, int) and d >= 0) and str(d) not in dims and str(d) not in names:
-                names.append(str(d))
+    for v in getattr(source, "model", source).graph.inputs:
+        if v.const is None:
+            _feed_shape(v.type, 1, dims or {}, names)
     return names
 
 
