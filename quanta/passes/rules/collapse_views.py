@@ -7,6 +7,8 @@ row-major order)::
     %y = Transpose(%x) {perm}      -> %y = Reshape(%x, shape(y))      TransposeOfUnitAxes
          when perm keeps the axes of size > 1 in their order (%x itself when
          shape(y) = shape(x), e.g. perm [1, 0, 2] of [1, 1, 128]; so for the next rule)
+    %y = Transpose(%v = Transpose(%x) {p}) {q}                        TransposeOfTranspose
+      -> %x when p∘q is the identity, else %y = Transpose(%x) {p∘q}
     %y = V2(%v = V1(%x, ...), ...) -> %y = Reshape(%x, shape(y))      CollapseViewChain
          V1, V2 in Reshape, Squeeze, Unsqueeze, Flatten
     %y = Concat(%x)                -> %x                              ConcatOfOne
@@ -35,6 +37,10 @@ along their own axis k (one Concat instead of n views and a Concat; GTCRN's chan
 interleaves, DTLN's state stacks). A Gather of index 0 from an axis of size 1 copies
 every element once, in order (GTCRN's unfold: ``x[:, :, [[0]]]``).
 
+The lowering leaves Transpose pairs where a model's own Transpose meets one that the
+channels-last regions add (open_nsfw's NHWC input: the model turns it to NCHW, the region
+of its first convolution back to NHWC: two copies of the image for nothing).
+
 A Transpose that moves only axes of size 1 keeps every element's row-major position:
 dropping the unit axes from both shapes leaves the same axes in the same order. The
 rules need static shapes (the Reshape's target is the output shape; a 0 in it would
@@ -45,7 +51,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from quanta.ir.graph import Value, result_type
+from quanta.ir.graph import Node, Value, result_type
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 
 __all__ = [
@@ -56,6 +62,7 @@ __all__ = [
     "GatherOfUnitAxis",
     "IntegerAddOfZero",
     "SplitOfOne",
+    "TransposeOfTranspose",
     "TransposeOfUnitAxes",
 ]
 
@@ -105,6 +112,40 @@ class TransposeOfUnitAxes(_ViewOfX):
         if moved != sorted(moved):
             return NoMatch(f"perm {perm} reorders axes of size > 1 of {list(xs)}")
         return m
+
+
+def _perm(node: Node, rank: int) -> list[int] | None:
+    perm = node.attrs.get("perm")
+    perm = list(range(rank))[::-1] if perm is None else [int(p) for p in perm]
+    return perm if sorted(perm) == list(range(rank)) else None
+
+
+class TransposeOfTranspose(Rule):
+    """%y = Transpose(%v = Transpose(%x) {p}) {q} -> %x (p∘q the identity) or
+    Transpose(%x) {p∘q}; %v stays when something else reads it"""
+
+    pattern = "y = Transpose(v = Transpose(x))"
+    shared_ok = ("v",)
+
+    def check(self, m: Match) -> Match | NoMatch:
+        inner = m["v"].producer
+        if m.root.domain or inner.domain:
+            return NoMatch("a Transpose of another domain")
+        xs = m["x"].shape
+        if xs is None:
+            return NoMatch("input rank is not known")
+        p, q = _perm(inner, len(xs)), _perm(m.root, len(xs))
+        if p is None or q is None:
+            return NoMatch("a perm that is not a permutation of the input's rank")
+        m.data["perm"] = [p[i] for i in q]  # y[.., i, ..] = v[.., q[i], ..] = x[.., p[q[i]], ..]
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        r = m.data["perm"]
+        if r == list(range(len(r))):
+            return m["x"]
+        y = m["y"]
+        return b.op("Transpose", [m["x"]], {"perm": r}, types=y.type, name=m.root.name or None)
 
 
 class CollapseViewChain(_ViewOfX):
@@ -255,6 +296,7 @@ class ConcatOfUnsqueezed(Rule):
 class CollapseViews(RewritePass):
     name = "collapse_views"
     rules = (
+        TransposeOfTranspose(),
         TransposeOfUnitAxes(),
         GatherOfUnitAxis(),
         IntegerAddOfZero(),

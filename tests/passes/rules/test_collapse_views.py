@@ -330,3 +330,62 @@ def test_an_integer_add_of_zero_goes_and_a_float_one_stays(dtype):
     }
     for want, got in zip(run_ref(proto, feeds), run_ref(model, feeds), strict=True):
         assert want.dtype == got.dtype and want.tobytes() == got.tobytes()
+
+
+@pytest.mark.parametrize(
+    ("p", "q", "left"),
+    [
+        ((0, 3, 1, 2), (0, 2, 3, 1), {"Neg": 1}),  # NHWC -> NCHW -> NHWC: the input itself
+        ((0, 3, 1, 2), (1, 0, 3, 2), {"Neg": 1, "Transpose": 1}),  # one Transpose of the composition
+        (None, (2, 0, 1, 3), {"Neg": 1, "Transpose": 1}),  # the default perm (reversed axes)
+    ],
+)
+def test_a_transpose_of_a_transpose_is_one_transpose_or_none(p, q, left):
+    x_dims = (2, 5, 7, 3)
+    inner = {} if p is None else {"perm": list(p)}
+    v_dims = [x_dims[i] for i in (p or (3, 2, 1, 0))]
+    y_dims = [v_dims[i] for i in q]
+    nodes = [
+        helper.make_node("Neg", ["x"], ["a"], name="neg"),
+        helper.make_node("Transpose", ["a"], ["v"], name="t1", **inner),
+        helper.make_node("Transpose", ["v"], ["y"], name="t2", perm=list(q)),
+    ]
+    proto = model_of(nodes, x_dims, y_dims)
+    model = load(proto)
+    result = run_passes(model, [CollapseViews()])
+    assert result.fired("TransposeOfTranspose") == 1
+    from quanta.passes.rules.eliminate_dead import EliminateDead
+
+    run_passes(model, [EliminateDead()])
+    assert model.graph.op_counts() == left
+    same_bytes(proto, model, x_dims)
+
+
+def test_a_transpose_read_by_another_node_stays_for_it():
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["v"], name="t1", perm=[0, 2, 1]),
+        helper.make_node("Transpose", ["v"], ["w"], name="t2", perm=[0, 2, 1]),
+        helper.make_node("Neg", ["v"], ["n"], name="neg"),
+        helper.make_node("Add", ["w", "x"], ["s"], name="add"),
+        helper.make_node("Concat", ["s", "s"], ["y"], name="cat", axis=1),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "shared",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7, 17])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 14, 17]),
+            helper.make_tensor_value_info("n", TensorProto.FLOAT, [3, 17, 7]),
+        ],
+    )
+    proto = onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]))
+    model = load(proto)
+    result = run_passes(model, [CollapseViews()])
+    assert result.fired("TransposeOfTranspose") == 1
+    from quanta.passes.rules.eliminate_dead import EliminateDead
+
+    run_passes(model, [EliminateDead()])
+    assert model.graph.op_counts()["Transpose"] == 1  # t1, for the Neg
+    feeds = {"x": RNG.standard_normal((3, 7, 17)).astype(np.float32)}
+    for want, got in zip(run_ref(proto, feeds), run_ref(model, feeds), strict=True):
+        assert want.tobytes() == got.tobytes()
