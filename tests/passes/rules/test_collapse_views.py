@@ -378,7 +378,9 @@ def test_a_transpose_read_by_another_node_stays_for_it():
             helper.make_tensor_value_info("n", TensorProto.FLOAT, [3, 17, 7]),
         ],
     )
-    proto = onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]))
+    proto = onnx.shape_inference.infer_shapes(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    )
     model = load(proto)
     result = run_passes(model, [CollapseViews()])
     assert result.fired("TransposeOfTranspose") == 1
