@@ -10,9 +10,10 @@ VNNI (VPDPBUSD sums four products into int32) and on uint8 x uint8 the kernels a
 
 quanta's kernels are exact on every core. A test that compares quanta with ORT bit for bit
 passes its int8 operands through ``fit_s8`` (the full range where ORT is exact, halved to
-7 bits where it saturates), asks ORT's quantizer for ``REDUCE_RANGE``, or, for a file whose weights it
-does not choose, runs ORT with its int8 fusions off (``ort_session_options``), so the
-comparison stays exact on every machine instead of being skipped.
+7 bits where it saturates), asks ORT's quantizer for ``REDUCE_RANGE``, quanta's quantizers
+for ``WEIGHT_BITS``, or, for a file whose weights it does not choose, runs ORT with its
+int8 fusions off (``ort_session_options``), so the comparison stays exact on every machine
+instead of being skipped.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ ORT_INT8_EXACT: bool = not onnxruntime_int8_saturates()
 
 #: What to pass as ORT's quantizer ``reduce_range`` so its files run exactly in ORT here.
 REDUCE_RANGE: bool = not ORT_INT8_EXACT
+
+#: What to pass as quanta's ``weight_bits`` (quantize_static / quantize_dynamic) so that
+#: ORT runs the written file exactly here: 8 where ORT is exact, else ORT's 7-bit grid.
+WEIGHT_BITS: int = 8 if ORT_INT8_EXACT else 7
 
 
 def ort_session_options(*, fused_int8: bool | None = None):

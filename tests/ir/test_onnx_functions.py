@@ -18,6 +18,7 @@ from onnx.reference import ReferenceEvaluator
 
 import quanta
 from quanta.ir.onnx_functions import EXPANDED_OPS, expand_function_ops
+from tests.ort_int8 import WEIGHT_BITS
 
 RNG = np.random.default_rng(23)
 B, HQ, SQ, SKV, D = 2, 3, 5, 6, 7
@@ -171,7 +172,8 @@ def test_quantized_attention_runs_its_products_in_integer(tmp_path):
     src, out = tmp_path / "attn.onnx", tmp_path / "attn.int8.onnx"
     onnx.save(model, src)
     calib = [{"x": _f(B, SQ, 21)} for _ in range(6)]
-    summary = quanta.quantize_static(src, out, calib, verbose=False, progress=False)
+    # 7-bit weights where ORT's u8 x s8 kernels saturate full-range ones (tests/ort_int8.py)
+    summary = quanta.quantize_static(src, out, calib, verbose=False, progress=False, weight_bits=WEIGHT_BITS)
     quantized_matmuls = [n for n, op in summary.quantized if op == "MatMul"]
     assert len(quantized_matmuls) == 5, quantized_matmuls
     assert summary.coverage.integer_share == 1.0
@@ -182,7 +184,7 @@ def test_quantized_attention_runs_its_products_in_integer(tmp_path):
     sess = quanta.InferenceSession(str(out))
     assert sess.fallbacks == []
     (got,) = sess.run(None, feed)
-    assert np.abs(got - ref).max() <= 0.05 * np.abs(ref).max()  # 8-bit fidelity
+    assert np.abs(got - ref).max() <= 0.05 * np.abs(ref).max()  # int8 fidelity (7- or 8-bit weights)
     # the same file in both engines: integer products are exact, and only the last
     # product (softmax · V, dequantized operands) is float, within its ulps
     np.testing.assert_allclose(got, got_ort, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))

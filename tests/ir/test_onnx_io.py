@@ -14,6 +14,7 @@ import quanta
 from quanta.ir.onnx_io import ModelLoadError, load, save, to_proto
 from quanta.ir.types import F32, I8, U8, QuantType
 from tests.ir import models
+from tests.ort_int8 import WEIGHT_BITS  # 7-bit weights where ORT saturates full-range ones
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -455,8 +456,8 @@ def test_a_model_above_onnx_runtimes_qdq_opsets_is_quantized_where_its_qdq_run(t
     src = tmp_path / "o28.onnx"
     onnx.save(proto, src)
     x = np.random.default_rng(1).standard_normal((3, 7)).astype(np.float32)
-    quanta.quantize_static(src, tmp_path / "s.onnx", [{"x": x}, {"x": -x}])
-    quanta.quantize_dynamic(src, tmp_path / "d.onnx")
+    quanta.quantize_static(src, tmp_path / "s.onnx", [{"x": x}, {"x": -x}], weight_bits=WEIGHT_BITS)
+    quanta.quantize_dynamic(src, tmp_path / "d.onnx", weight_bits=WEIGHT_BITS)
     for name in ("s.onnx", "d.onnx"):
         q = onnx.load(tmp_path / name)
         assert q.opset_import[0].version == 27
@@ -541,7 +542,7 @@ def test_an_ir3_file_quantizes_to_a_file_both_engines_run(tmp_path):
     src = tmp_path / "ir3.onnx"
     onnx.save(proto, src)
     x = rng.standard_normal((3, 17)).astype(np.float32)
-    quanta.quantize_static(src, tmp_path / "q.onnx", [{"x": x}, {"x": -x}])
+    quanta.quantize_static(src, tmp_path / "q.onnx", [{"x": x}, {"x": -x}], weight_bits=WEIGHT_BITS)
     q = onnx.load(tmp_path / "q.onnx")
     onnx.checker.check_model(q, full_check=True)
     (want,) = ort.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"]).run(

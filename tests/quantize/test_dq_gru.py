@@ -23,6 +23,7 @@ from quanta.kernels.reference.dq_gru import QUANTA_DOMAIN, dynamic_quantize_gru
 from quanta.kernels.reference.rnn import gru as float_gru
 from quanta.quantize.dq_gru_function import FUNCTION_INPUTS, OP_TYPE, GruForm, gru_function, overload_name
 from quanta.quantize.recipe import RecipeError
+from tests.ort_int8 import WEIGHT_BITS  # 7-bit weights where ORT saturates full-range ones
 from tests.targets.test_native_dq_gru import assert_same, gru_inputs
 
 F32 = np.float32
@@ -92,6 +93,9 @@ def test_ort_runs_the_function_with_the_twin_bytes(
         bias=every_input,
         lens=lens,
         h0=every_input,
+        # int8 weights on the 7-bit grid: ONNX Runtime's MatMulInteger (u8 x s8) on a CPU
+        # without VNNI sums product pairs in saturating int16 (docs/kernels.md "AVX2")
+        int8_bits=7,
     )
     if clip is not None:
         inputs[3] = inputs[3] * F32(6)
@@ -224,7 +228,7 @@ def test_quantize_dynamic_writes_gru_as_dynamic_quantize_gru_that_ort_and_quanta
     D = 2 if direction == "bidirectional" else 1
     src, out = tmp_path / "gru.onnx", tmp_path / "gru_dyn.onnx"
     onnx.save(gru_model(direction=direction, lbr=lbr), src)
-    summary = quanta.quantize_dynamic(src, out, verbose=False, gru_min_step_macs=0)
+    summary = quanta.quantize_dynamic(src, out, verbose=False, gru_min_step_macs=0, weight_bits=WEIGHT_BITS)
     assert ("gru", "GRU") in summary.quantized and summary.integer_share == 1.0
     proto = onnx.load(str(out))
     onnx.checker.check_model(proto, full_check=True)
@@ -325,6 +329,7 @@ def test_ort_with_two_threads_and_large_blocks_gives_the_twin_bytes(lbr):
         bias=True,
         lens=[20, 7, 13],
         h0=True,
+        int8_bits=7,  # ORT's u8 x s8 products are exact on every CPU only there (docs/kernels.md "AVX2")
     )
     attrs = {"hidden_size": H, "direction": "bidirectional", "linear_before_reset": lbr}
     model, feeds = _one_node_model(
@@ -360,7 +365,11 @@ def test_batch_first_gru_is_written_time_major_between_transposes(tmp_path):
     for name, m in (("tm", m0), ("bf", m1)):
         onnx.save(m, tmp_path / f"{name}.onnx")
         s = quanta.quantize_dynamic(
-            tmp_path / f"{name}.onnx", tmp_path / f"{name}_q.onnx", verbose=False, gru_min_step_macs=0
+            tmp_path / f"{name}.onnx",
+            tmp_path / f"{name}_q.onnx",
+            verbose=False,
+            gru_min_step_macs=0,
+            weight_bits=WEIGHT_BITS,  # tests/ort_int8.py
         )
         assert s.integer_share == 1.0
         outs[name] = tmp_path / f"{name}_q.onnx"

@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import quanta
 from quanta.calibrate import SPREAD, SpreadObserver, observer_from_dict
+from tests.ort_int8 import WEIGHT_BITS
 
 STEPS, BATCH, BINS, HIDDEN = 19, 3, 17, 7
 
@@ -81,7 +82,10 @@ def test_lstm_over_a_power_spectrum_stays_float_with_the_spread_reason(tmp_path)
     src = tmp_path / "spec.onnx"
     onnx.save(model, src)
     dst = tmp_path / "spec.q.onnx"
-    summary = quanta.quantize_static(src, dst, power_spectra(6, 1), verbose=False, progress=False)
+    # 7-bit weights where ORT's u8 x s8 kernels saturate full-range ones (tests/ort_int8.py):
+    # there ORT's QGemm of the 8-bit fc weights gives 9 dB where the file's arithmetic gives 46
+    bits = {"weight_bits": WEIGHT_BITS}
+    summary = quanta.quantize_static(src, dst, power_spectra(6, 1), verbose=False, progress=False, **bits)
     reasons = [r for name, op, r in summary.float_nodes if op == "LSTM"]
     assert len(reasons) == 1 and reasons[0].startswith(SPREAD), summary.float_nodes
     ops = [n.op_type for n in onnx.load(dst).graph.node]
@@ -91,7 +95,7 @@ def test_lstm_over_a_power_spectrum_stays_float_with_the_spread_reason(tmp_path)
     ev = power_spectra(4, 2)
     ref = _run(src, ev)
     forced = tmp_path / "forced.onnx"
-    quanta.quantize_dynamic(src, forced, verbose=False)
+    quanta.quantize_dynamic(src, forced, verbose=False, **bits)
     assert "DynamicQuantizeLSTM" in [n.op_type for n in onnx.load(forced).graph.node]
     assert _sqnr(ref, _run(dst, ev)) > _sqnr(ref, _run(forced, ev)) + 10
 

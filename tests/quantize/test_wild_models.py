@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import quanta
 import quanta.ir.onnx_io
+from tests.ort_int8 import WEIGHT_BITS  # 7-bit weights where ORT saturates full-range ones
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -1063,7 +1064,10 @@ def test_half_scales_reach_the_fused_ops_as_float32(tmp_path, op):
 def test_quantized_half_model_runs_in_quanta_as_in_onnx_runtime(tmp_path):
     src, dst = tmp_path / "f16.onnx", tmp_path / "q.onnx"
     onnx.save(keras_mixed_precision_conv1d(), str(src))
-    quanta.quantize_static(str(src), str(dst), _ids_feeds(6, 1), verbose=False, progress=False)
+    # 7-bit weights where ORT's u8 x s8 kernels saturate full-range ones (tests/ort_int8.py)
+    quanta.quantize_static(
+        str(src), str(dst), _ids_feeds(6, 1), verbose=False, progress=False, weight_bits=WEIGHT_BITS
+    )
     feed = _ids_feeds(1, 3)[0]
     ours = quanta.InferenceSession(str(dst)).run(None, feed)[0]
     theirs = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, feed)[0]
@@ -1103,7 +1107,8 @@ def test_quantize_dynamic_of_a_half_model_casts_around_the_integer_product(tmp_p
     src, dst = tmp_path / "f16.onnx", tmp_path / "d.onnx"
     model = build()
     onnx.save(model, str(src))
-    summary = quanta.quantize_dynamic(str(src), str(dst), verbose=False)
+    # 7-bit weights where ORT's u8 x s8 kernels saturate full-range ones (tests/ort_int8.py)
+    summary = quanta.quantize_dynamic(str(src), str(dst), verbose=False, weight_bits=WEIGHT_BITS)
     assert summary.integer_share == 1.0
     rng = np.random.default_rng(4)
     feed = (
@@ -1172,7 +1177,10 @@ def test_converted_half_model_quantizes_like_its_float32_graph(tmp_path):
     onnx.save(converted_half_cnn(), str(src))
     rng = np.random.default_rng(3)
     calib = [{"x": rng.uniform(0, 1, (2, 3, 17, 15)).astype(np.float32)} for _ in range(8)]
-    summary = quanta.quantize_static(str(src), str(dst), calib, verbose=False, progress=False)
+    # 7-bit weights where ORT's u8 x s8 kernels saturate full-range ones (tests/ort_int8.py)
+    summary = quanta.quantize_static(
+        str(src), str(dst), calib, verbose=False, progress=False, weight_bits=WEIGHT_BITS
+    )
     assert summary.integer_share is not None and summary.integer_share >= 0.99
     feed = {"x": np.random.default_rng(4).uniform(0, 1, (3, 3, 17, 15)).astype(np.float32)}
     ours = assert_valid_and_runs(dst, feed)[0]
@@ -1301,7 +1309,10 @@ def test_batched_matmul_weight_is_quantized_per_tensor_so_onnx_runtime_runs_it(t
     onnx.save(batched_weight_model(), str(src))
     rng = np.random.default_rng(3)
     calib = [{"x": rng.standard_normal((3, 23, 17)).astype(np.float32)} for _ in range(8)]
-    summary = quanta.quantize_static(str(src), str(dst), calib, verbose=False, progress=False)
+    # 7-bit weights where ORT's u8 x s8 kernels saturate full-range ones (tests/ort_int8.py)
+    summary = quanta.quantize_static(
+        str(src), str(dst), calib, verbose=False, progress=False, weight_bits=WEIGHT_BITS
+    )
     assert summary.integer_share is not None and summary.integer_share >= 0.99
     q = onnx.load(str(dst))
     inits = {t.name: t for t in q.graph.initializer}
@@ -1464,7 +1475,10 @@ def test_einsum_attention_is_quantized_as_matmul_attention_is(tmp_path):
     onnx.save(einsum_attention_model(), str(src))
     rng = np.random.default_rng(2)
     calib = [{"x": rng.standard_normal((1, 18, 21)).astype(np.float32)} for _ in range(8)]
-    summary = quanta.quantize_static(str(src), str(dst), calib, verbose=False, progress=False)
+    # 7-bit weights where ORT's u8 x s8 kernels saturate full-range ones (tests/ort_int8.py)
+    summary = quanta.quantize_static(
+        str(src), str(dst), calib, verbose=False, progress=False, weight_bits=WEIGHT_BITS
+    )
     assert summary.integer_share == 1.0
     assert "Einsum" not in {n.op_type for n in onnx.load(str(dst)).graph.node}
     feed = {"x": rng.standard_normal((1, 18, 21)).astype(np.float32)}
