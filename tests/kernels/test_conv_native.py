@@ -381,7 +381,7 @@ def test_gemm_paths(x_shape, w_shape, attrs, why):
     vnni_or_portable = [k for isa, k in zip(ISAS, kernels) if isa != "avx2"]
     want = "qconv_implicit+" if why.startswith("implicit") else "qconv_im2col+"
     assert all(k.startswith(want) for k in vnni_or_portable), kernels
-    if "avx2" in ISAS:  # its tiles read int16 activations: always im2col
+    if "avx2" in ISAS:  # 8-bit weights: the int16 family, whose tiles read int16 x': im2col
         assert kernels[ISAS.index("avx2")].startswith("qconv_im2col+")
 
 

@@ -123,7 +123,8 @@ struct KernelFamily {
   TileFn tiles;
   // The tile streams B from L2 at full speed with its MR x KC x' bytes in L1: when the
   // task's B fits in L2, the driver runs the row tiles outer and the panels inner (qgemm.cc
-  // kL2Bytes). Else, and for the other families, large A blocks with B chunks in L1.
+  // row_tiles_outer_bytes). Else, and for the other families, large A blocks with B chunks
+  // in L1.
   bool row_tiles_outer;
   // Rows per tile of the indirect form (TileArgs::a_rows, the implicit convolution): the
   // avx512vnni family keeps 8-row tiles there (12 row pointers would not fit the GPRs).

@@ -67,7 +67,8 @@ constexpr int64_t kMcBytes = 256 * 1024;
 // alternating runs; with two threads a task holds 1/8 of B and MC stays 256, and 32-row
 // blocks there were 3 % slower). Otherwise B streams from L3 anyway and the large block
 // amortises it best (512 x 1024 x 4096: 32-row blocks ran at 60 % of the 64-row speed).
-// A family with row_tiles_outer (avx512vnni) takes MC = MR instead when the task's B fits:
+// A family with row_tiles_outer takes MC = MR instead when the task's B fits
+// (row_tiles_outer_bytes: kL2Bytes for avx512vnni, the core's L2 for the avx2 7-bit one):
 // each row tile's x' stays in L1 across the task's panels, B streams from L2, and the
 // tile's output rows are written left to right, a few pages at a time (1024^3, one thread,
 // 12 x 32 tile: ~+2 % over MC = 96; the 4 x 16 avx2 tile lost 10 % that way).
@@ -421,8 +422,9 @@ const KernelFamily& kernel_family(Isa isa) {
 
 const KernelFamily& kernel_family(const PackedWeights& w) {
   // Row tiles outer: the 5 x K uint8 x' rows of a tile stay in L1 while the panels stream
-  // from L2 (1024^3, fastest calls, loaded machine: 1.29x -> 0.87-0.92x ONNX Runtime's AVX2
-  // time); the 6-row int16 family measured no better that way (1.41x -> 1.27-1.48x).
+  // from L2 (Zen 5, 2 MiB L2, 1024^3, fastest calls, loaded machine: 1.29x -> 0.87-0.92x
+  // ONNX Runtime's AVX2 time; on a smaller L2 only for a smaller B, row_tiles_outer_bytes);
+  // the 6-row int16 family measured no better that way (1.41x -> 1.27-1.48x).
   static const KernelFamily kAvx2Narrow = family_of<Avx2NarrowLayout>(
       Isa::kAvx2, select_kernel("qgemm", "u8s7->s32", Isa::kAvx2)->kernel, qgemm_tiles_avx2_narrow, true);
   return w.narrow && w.isa == Isa::kAvx2 ? kAvx2Narrow : kernel_family(w.isa);
