@@ -97,6 +97,8 @@ constexpr int64_t kStreamPrefetch = 16 * 1024;
 constexpr int64_t kStreamPrefetchMinRows = 3;
 
 int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
+int64_t div_up(int64_t v, int64_t by) { return (v + by - 1) / by; }
+size_t align64(size_t v) { return (v + 63) / 64 * 64; }
 
 // The B a task may have for a row_tiles_outer family to run its row tiles outer: B must
 // stream from L2. The avx512vnni family keeps kL2Bytes (measured on cores with a 2 MiB
@@ -111,8 +113,6 @@ int64_t row_tiles_outer_bytes(const KernelFamily& f) {
   }();
   return std::min(kL2Bytes, l2 / 4 * 3);
 }
-int64_t div_up(int64_t v, int64_t by) { return (v + by - 1) / by; }
-size_t align64(size_t v) { return (v + 63) / 64 * 64; }
 
 // The tuned table (qgemm.h set_tuned_blocking) and the shape recorder.
 // Two atomic flags keep the untuned hot path free of the lock.
