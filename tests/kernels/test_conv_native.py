@@ -381,7 +381,7 @@ def test_gemm_paths(x_shape, w_shape, attrs, why):
     vnni_or_portable = [k for isa, k in zip(ISAS, kernels) if isa != "avx2"]
     want = "qconv_implicit+" if why.startswith("implicit") else "qconv_im2col+"
     assert all(k.startswith(want) for k in vnni_or_portable), kernels
-    if "avx2" in ISAS:  # its tiles read int16 activations: always im2col
+    if "avx2" in ISAS:  # 8-bit weights: the int16 family, whose tiles read int16 x': im2col
         assert kernels[ISAS.index("avx2")].startswith("qconv_im2col+")
 
 
@@ -1204,3 +1204,133 @@ def test_avx2_saturating_pairs(x_shape, w_shape, attrs, why, weights, path, monk
         avx2 = kernels[ISAS.index("avx2")]
         if weights == "7-bit" and not avx2.startswith("qconv_dw"):
             assert avx2.endswith("qgemm_u8s7_s32_5x16c4__avx2"), avx2
+
+
+# --------------------------------------------------------------------------------------
+# AVX2 with 7-bit weights: the implicit path on the vpmaddubsw family
+# --------------------------------------------------------------------------------------
+
+SEVEN_BIT_FAMILY = "qgemm_u8s7_s32_5x16c4__avx2"
+
+
+def seven_bit(case: ConvCase, y_dtype=np.uint8) -> ConvCase:
+    """The case with every w' (w, or w − 128 for uint8 w) and zero point in [−64, 64]
+    (Recipe.weight_bits = 7), the extremes ±64 on the first and last output channel, and
+    sy, zy derived again from the new accumulator."""
+    w = case.w.astype(np.int32)
+    shift = 128 if case.w.dtype == np.uint8 else 0
+    w7 = np.clip((w - shift) // 2, -64, 64)
+    w7[0] = 64
+    w7[-1] = -64
+    zw7 = np.clip((np.asarray(case.zw, np.int32) - shift) // 2, -64, 64)
+    new = ConvCase(
+        case.x,
+        (w7 + shift).astype(case.w.dtype),
+        case.zx,
+        (zw7 + shift).astype(case.w.dtype),
+        case.sw,
+        case.attrs,
+        case.bias,
+    )
+    return derive_output(new, y_dtype)
+
+
+def expected_avx2_path(case: ConvCase) -> str:
+    """The path conv.cc takes on avx2 for 7-bit weights that are not depthwise: implicit
+    when a tap chunk (kw·Cg with one group and dilation 1, else Cg) is whole groups of 4 k."""
+    attrs = case.attrs
+    group = attrs.get("group", 1)
+    cg, kw = case.w.shape[1], case.w.shape[-1]
+    dw = attrs.get("dilations", [1] * (case.x.ndim - 2))[-1]
+    chunk = kw * cg if dw == 1 and group == 1 else cg
+    return "qconv_implicit+" if chunk % 4 == 0 else "qconv_im2col+"
+
+
+# (x shape, w shape, attrs, why): channels 3, 7, 17; K > 258; groups; strides; dilations
+SEVEN_BIT_GEMM = [
+    ((1, 3, 13, 11), (7, 3, 3, 4), {"pads": [1, 2, 1, 1]}, "3 channels, 1x4 taps: 12 k a chunk, implicit"),
+    ((1, 3, 13, 11), (17, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "3 channels 3x3: 9 k, im2col"),
+    ((2, 7, 9, 10), (17, 7, 3, 4), {"pads": [0, 1, 2, 1]}, "7 channels, 28 k a chunk, 2 images"),
+    ((1, 17, 8, 9), (3, 17, 3, 4), {"pads": [1, 1, 1, 1], "strides": [1, 2]}, "17 channels, 3 outputs"),
+    ((1, 36, 7, 8), (33, 36, 3, 3), {"pads": [1, 1, 1, 1]}, "K = 324 > 258, 33 outputs: 3 panels"),
+    ((1, 300, 5, 6), (17, 300, 1, 1), {}, "1x1, K = 300, units transpose their own rows"),
+    ((1, 520, 4, 4), (16, 520, 3, 3), {"pads": [1, 1, 1, 1]}, "merged taps of 1560 k, split in pieces"),
+    ((1, 12, 9, 9), (6, 4, 3, 3), {"pads": [2, 1, 0, 3], "dilations": [2, 2], "group": 3}, "groups of 4"),
+    ((1, 8, 11, 13), (9, 8, 3, 3), {"dilations": [1, 2], "strides": [2, 1]}, "dilation 2: chunk = Cg"),
+    ((2, 8, 29), (7, 8, 3), {"pads": [1, 2], "strides": [2]}, "1-D"),
+    ((1, 8, 3, 3), (70, 8, 3, 3), {}, "1 pixel, 5 panels"),
+]
+
+
+@pytest.mark.skipif("avx2" not in ISAS, reason="this CPU does not run avx2")
+@pytest.mark.parametrize("x_dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("w_dtype", [np.int8, np.uint8])
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "attrs", "why"), SEVEN_BIT_GEMM, ids=[s[3] for s in SEVEN_BIT_GEMM]
+)
+def test_avx2_seven_bit_weights_take_the_implicit_path(x_shape, w_shape, attrs, why, x_dtype, w_dtype):
+    """7-bit weights pack for the vpmaddubsw family, which reads uint8 x', so avx2 runs
+    them on the implicit path (per-row x' pointers, conv_gemm.cc) whenever a tap chunk is
+    whole k-groups, NCHW and channels_last; per-channel zero points and scales that
+    differ, both x dtypes (int8 x: the +128 shift in the padded image), both w dtypes."""
+    del why
+    rng = np.random.default_rng(sum(x_shape) * 7 + sum(w_shape))
+    case = seven_bit(
+        random_case(rng, x_shape, w_shape, x_dtype=x_dtype, w_dtype=w_dtype, per_channel=True, **attrs)
+    )
+    want = expected_avx2_path(case) + SEVEN_BIT_FAMILY
+    kernels = check(case)
+    assert kernels[ISAS.index("avx2")] == want, kernels
+    kernels = check_nhwc(case)
+    if not kernels[ISAS.index("avx2")].startswith("qconv_gemm+"):  # 1x1 uint8 NHWC: a plain GEMM
+        assert kernels[ISAS.index("avx2")] == want, kernels
+
+
+@pytest.mark.skipif("avx2" not in ISAS, reason="this CPU does not run avx2")
+def test_avx2_groups_with_different_families_run_im2col():
+    """Each group's weights pack for the family they fit: one group with a w' of 100 (the
+    int16 family) sends the whole convolution to im2col, where every group runs its own
+    family; the bytes are the twin's either way."""
+    rng = np.random.default_rng(5)
+    case = seven_bit(random_case(rng, (1, 8, 7, 7), (6, 4, 3, 4), group=2, pads=[1, 1, 1, 1]))
+    assert make_conv(case, "avx2").kernel.startswith("qconv_implicit+")
+    w = case.w.copy()
+    w[4, 0, 0, 0] = 100  # group 1
+    case = derive_output(ConvCase(case.x, w, case.zx, case.zw, case.sw, case.attrs, case.bias), np.uint8)
+    assert make_conv(case, "avx2").kernel.startswith("qconv_im2col+")
+    check(case)
+    check_nhwc(case)
+
+
+@pytest.mark.skipif("avx2" not in ISAS, reason="this CPU does not run avx2")
+@given(conv_cases())
+def test_avx2_seven_bit_weights_every_geometry(case):
+    """The hypothesis space of conv geometries with the weights in 7 bits: the avx2
+    7-bit family on the implicit, im2col and pointwise paths, NCHW and channels_last."""
+    case = seven_bit(case, case.zy.dtype)
+    check(case)
+    check_nhwc(case)
+
+
+@pytest.mark.skipif("avx2" not in ISAS, reason="this CPU does not run avx2")
+@pytest.mark.parametrize("path", [None, *PW_PATHS])
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "why"),
+    [
+        ((1, 20, 17, 19), (70, 20, 1, 1), "70 outputs >= 64: the implicit path unless pinned"),
+        ((1, 7, 17, 19), (70, 7, 1, 1), "7 channels: no implicit path, the pointwise GEMM"),
+        ((2, 36, 16, 17), (24, 36, 1, 1), "24 outputs: the pointwise GEMM (x packed as B)"),
+    ],
+)
+def test_avx2_seven_bit_pointwise_nchw_choice(x_shape, w_shape, why, path, monkeypatch):
+    """NCHW 1x1 layers of >= 256 pixels with 7-bit weights: the pointwise GEMM packs x as
+    B (the int16 family), the implicit path runs the weights' 7-bit family; conv_gemm.cc
+    takes the latter from 64 outputs on. Both choices, and each path pinned, give the
+    twin's bytes (uint8 and int8 x, per-channel zero points)."""
+    del why
+    if path is not None:
+        monkeypatch.setenv("QUANTA_CONV_PW_PATH", path)
+    for x_dtype in (np.uint8, np.int8):
+        rng = np.random.default_rng(sum(x_shape) + w_shape[0])
+        case = seven_bit(random_case(rng, x_shape, w_shape, x_dtype=x_dtype, per_channel=True))
+        check(case, isas=("portable", "avx2"))

@@ -122,3 +122,19 @@ def test_seven_bit_weights_every_shape_and_output_stage(case, unsigned_weights):
         case.zw = np.clip(np.asarray(case.zw, np.int32), -128, 127) if np.ndim(case.zw) else -9
     assert pack(case, "avx2").kernel == NARROW
     check_all_variants(case)
+
+
+@pytest.mark.parametrize("M", [37, 203])
+def test_seven_bit_weights_between_the_l2_budgets(M):
+    """B of ~610 KiB: over 3/4 of a 512 KiB L2 (Zen 3: 100-row blocks, B chunks in L1)
+    and under the 1.5 MiB budget of the row-tiles-outer order (2 MiB L2 cores), so the
+    blocking depends on the core; the bytes must not. K = 777 (not a multiple of 4:
+    x' packed); 37 rows = 7 tiles of 5 + 2, 203 rows = 40 tiles of 5 + 3."""
+    rng = np.random.default_rng(M)
+    K, N = 777, 781
+    x = rng.integers(0, 256, (M, K)).astype(np.uint8)
+    w = rng.integers(-64, 65, (K, N)).astype(np.int8)
+    zw = rng.integers(-64, 65, N).astype(np.int32)
+    case = _stage(Case(x, w, 131, zw, np.dtype(np.uint8)), rng)
+    assert pack(case, "avx2").kernel == NARROW
+    check_all_variants(case)

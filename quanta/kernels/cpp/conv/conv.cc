@@ -321,10 +321,21 @@ std::string QConv::kernel_name(bool channels_last) const {
   if (direct_) return select_kernel("qconv_direct", "u8s8->s32", isa_)->kernel;  // NCHW: between two transposes
   if (depthwise_) return depthwise_name(isa_);
   // (uint8 x; int8 x takes the implicit path, which this name does not tell)
-  if (channels_last && pointwise_gemm()) return "qconv_gemm+" + qgemm::qgemm_kernel_name(isa_);
-  const bool implicit = implicit_chunk_k() % 4 == 0 && qgemm::kernel_family(isa_).a_bytes == 1;
   const std::string gemm = packed_.empty() ? qgemm::qgemm_kernel_name(isa_) : qgemm::qgemm_kernel_name(*packed_[0]);
+  if (channels_last && pointwise_gemm()) return "qconv_gemm+" + gemm;
+  const bool implicit = implicit_path();
   return std::string(implicit ? "qconv_implicit" : "qconv_im2col") + "+" + gemm;
+}
+
+bool QConv::implicit_path() const {
+  if (packed_.empty()) return false;
+  const qgemm::KernelFamily& f = qgemm::kernel_family(*packed_[0]);
+  if (f.a_bytes != 1 || implicit_chunk_k() % f.kr != 0) return false;
+  // one family for every group (avx2 packs each group's weights for the family they fit)
+  for (const auto& w : packed_) {
+    if (&qgemm::kernel_family(*w) != &f) return false;
+  }
+  return true;
 }
 
 size_t QConv::packed_bytes() const {
@@ -415,7 +426,7 @@ QConv::Plan QConv::make_plan(const ConvArgs& a, const Geometry& geo) const {
     // implicit path here (ResNet-50 1x1 256->64 @56²: 611 vs 591 GOPS, one thread).
     pl.path = Path::kIm2col;
     plan_im2col(a, geo, pl);
-  } else if (implicit_chunk_k() % 4 == 0 && qgemm::kernel_family(isa_).a_bytes == 1) {
+  } else if (implicit_path()) {
     pl.path = Path::kImplicit;
     plan_implicit(a, geo, pl);
   } else {

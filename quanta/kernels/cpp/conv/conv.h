@@ -251,6 +251,10 @@ class QConv {
   void run_pointwise_nchw(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
   qgemm::QGemmParams pointwise_gemm_params(const ConvArgs& a) const;
 
+  // The implicit path applies: tap chunks of whole k-groups and a GEMM family whose tiles
+  // read uint8 x' through row pointers (the packed weights' family: on avx2 the 7-bit one,
+  // while 8-bit weights run im2col into the int16 family). Defined in conv.cc.
+  bool implicit_path() const;
   // K of one tap chunk of the implicit path: kw·Cg (dw = 1, one group) or Cg.
   int64_t implicit_chunk_k() const {
     return attrs_.dilations[attrs_.spatial_rank - 1] == 1 && group_ == 1 ? kw_ * Cg_ : Cg_;

@@ -101,9 +101,9 @@ struct TileArgs {
   // gives the same bytes.
   int64_t stream_prefetch = 0;
   // Indirect rows and taps (the implicit convolution, conv_gemm.cc; only the families
-  // whose x' is uint8: avx512vnni, portable). When a_rows is set, `a` and a_row_stride
-  // are unused and the call runs n_taps chunks of kc each with the sums kept in
-  // registers: row r's x' for tap i and k < kc is at a_rows[r] + tap_offset[i] + k, and
+  // whose x' is uint8: avx512vnni, portable, the avx2 7-bit one). When a_rows is set, `a`
+  // and a_row_stride are unused and the call runs n_taps chunks of kc each with the sums
+  // kept in registers: row r's x' for tap i and k < kc is at a_rows[r] + tap_offset[i] + k, and
   // tap i's weights are the kc / KR groups after tap i − 1's in the panel (B is read
   // sequentially, k = i·kc + ..). accumulate / finish apply to the call as a whole.
   const uint8_t* const* a_rows = nullptr;  // `rows` pointers (row 0 = row m0 of the tile run)
@@ -123,7 +123,8 @@ struct KernelFamily {
   TileFn tiles;
   // The tile streams B from L2 at full speed with its MR x KC x' bytes in L1: when the
   // task's B fits in L2, the driver runs the row tiles outer and the panels inner (qgemm.cc
-  // kL2Bytes). Else, and for the other families, large A blocks with B chunks in L1.
+  // row_tiles_outer_bytes). Else, and for the other families, large A blocks with B chunks
+  // in L1.
   bool row_tiles_outer;
   // Rows per tile of the indirect form (TileArgs::a_rows, the implicit convolution): the
   // avx512vnni family keeps 8-row tiles there (12 row pointers would not fit the GPRs).

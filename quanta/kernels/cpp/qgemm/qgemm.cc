@@ -31,6 +31,8 @@
 #include <stdexcept>
 #include <string>
 
+#include <unistd.h>
+
 #include "qgemm/kernel.h"
 #include "qgemm/thread_pool.h"
 
@@ -65,7 +67,8 @@ constexpr int64_t kMcBytes = 256 * 1024;
 // alternating runs; with two threads a task holds 1/8 of B and MC stays 256, and 32-row
 // blocks there were 3 % slower). Otherwise B streams from L3 anyway and the large block
 // amortises it best (512 x 1024 x 4096: 32-row blocks ran at 60 % of the 64-row speed).
-// A family with row_tiles_outer (avx512vnni) takes MC = MR instead when the task's B fits:
+// A family with row_tiles_outer takes MC = MR instead when the task's B fits
+// (row_tiles_outer_bytes: kL2Bytes for avx512vnni, the core's L2 for the avx2 7-bit one):
 // each row tile's x' stays in L1 across the task's panels, B streams from L2, and the
 // tile's output rows are written left to right, a few pages at a time (1024^3, one thread,
 // 12 x 32 tile: ~+2 % over MC = 96; the 4 x 16 avx2 tile lost 10 % that way).
@@ -96,6 +99,20 @@ constexpr int64_t kStreamPrefetchMinRows = 3;
 int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 int64_t div_up(int64_t v, int64_t by) { return (v + by - 1) / by; }
 size_t align64(size_t v) { return (v + 63) / 64 * 64; }
+
+// The B a task may have for a row_tiles_outer family to run its row tiles outer: B must
+// stream from L2. The avx512vnni family keeps kL2Bytes (measured on cores with a 2 MiB
+// L2); the avx2 7-bit family takes 3/4 of the running core's L2: on Zen 3 (512 KiB) a
+// 1024 x 1024 B streams from L3 that way, and 100-row blocks with B chunks in L1 ran ~2 %
+// faster (1024^3, 256 x 1024 x 1024, 128 x 768 x 768; one thread).
+int64_t row_tiles_outer_bytes(const KernelFamily& f) {
+  if (f.isa == Isa::kAvx512Vnni) return kL2Bytes;
+  static const int64_t l2 = [] {
+    const long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return v > 0 ? static_cast<int64_t>(v) : int64_t{2} * 1024 * 1024;
+  }();
+  return std::min(kL2Bytes, l2 / 4 * 3);
+}
 
 // The tuned table (qgemm.h set_tuned_blocking) and the shape recorder.
 // Two atomic flags keep the untuned hot path free of the lock.
@@ -206,7 +223,7 @@ Plan make_plan(const QGemmParams& p) {
   if (stream) {
     mc_max = std::max(mc_max, round_up(pl.M, f.mr));
     pl.stream_prefetch = pl.M >= kStreamPrefetchMinRows ? kStreamPrefetch : 0;
-  } else if (b_bytes < kL2Bytes && f.row_tiles_outer) {
+  } else if (b_bytes < row_tiles_outer_bytes(f) && f.row_tiles_outer) {
     mc_max = f.mr;
   } else if (b_bytes < kL2Bytes && l2_rows >= kMinMcRows) {
     mc_max = std::min(mc_max, l2_rows);
@@ -405,8 +422,9 @@ const KernelFamily& kernel_family(Isa isa) {
 
 const KernelFamily& kernel_family(const PackedWeights& w) {
   // Row tiles outer: the 5 x K uint8 x' rows of a tile stay in L1 while the panels stream
-  // from L2 (1024^3, fastest calls, loaded machine: 1.29x -> 0.87-0.92x ONNX Runtime's AVX2
-  // time); the 6-row int16 family measured no better that way (1.41x -> 1.27-1.48x).
+  // from L2 (Zen 5, 2 MiB L2, 1024^3, fastest calls, loaded machine: 1.29x -> 0.87-0.92x
+  // ONNX Runtime's AVX2 time; on a smaller L2 only for a smaller B, row_tiles_outer_bytes);
+  // the 6-row int16 family measured no better that way (1.41x -> 1.27-1.48x).
   static const KernelFamily kAvx2Narrow = family_of<Avx2NarrowLayout>(
       Isa::kAvx2, select_kernel("qgemm", "u8s7->s32", Isa::kAvx2)->kernel, qgemm_tiles_avx2_narrow, true);
   return w.narrow && w.isa == Isa::kAvx2 ? kAvx2Narrow : kernel_family(w.isa);

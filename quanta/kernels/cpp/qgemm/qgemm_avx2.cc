@@ -114,26 +114,48 @@ __attribute__((always_inline)) inline void k_loop_wide(const TileArgs& t, int64_
 // Narrow (Avx2NarrowLayout, every w' in [-64, 64]): 4 k of uint8 x' per broadcast,
 // vpmaddubsw (exact: pair sums <= 2·255·64 < 2^15), vpmaddwd by 1 to int32 per column.
 template <int MR>
+__attribute__((always_inline)) inline void k_step_narrow(const uint8_t* const* rows, int64_t k, const int8_t* b,
+                                                         __m256i ones, __m256i* c0, __m256i* c1) {
+  const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b));
+  const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b + 32));
+#pragma GCC unroll 5
+  for (int r = 0; r < MR; ++r) {
+    const __m256i xa = _mm256_set1_epi32(load_unaligned<int32_t>(rows[r] + k));
+    c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(_mm256_maddubs_epi16(xa, b0), ones));
+    c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(_mm256_maddubs_epi16(xa, b1), ones));
+  }
+}
+
+// One K chunk of x' rows at a row stride (kIndirect false), or the implicit
+// convolution's n_taps chunks of x' rows at a_rows[r] + tap_offset[i] (kernel.h
+// TileArgs::a_rows; B is read on across the taps).
+template <int MR, bool kIndirect>
 __attribute__((always_inline)) inline void k_loop_narrow(const TileArgs& t, int64_t r0, __m256i* c0, __m256i* c1) {
   constexpr int kKR4 = Avx2NarrowLayout::kKR;
-  const uint8_t* a = static_cast<const uint8_t*>(t.a) + r0 * t.a_row_stride;
-  const int64_t s = t.a_row_stride;
   const int8_t* b = static_cast<const int8_t*>(t.b);
   const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t k = 0; k < t.kc; k += kKR4) {
-    const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b));
-    const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b + 32));
-    b += kNR * kKR4;
+  const uint8_t* rows[MR];
+  if constexpr (kIndirect) {
+    for (int64_t i = 0; i < t.n_taps; ++i) {
 #pragma GCC unroll 5
-    for (int r = 0; r < MR; ++r) {
-      const __m256i xa = _mm256_set1_epi32(load_unaligned<int32_t>(a + r * s + k));
-      c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(_mm256_maddubs_epi16(xa, b0), ones));
-      c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(_mm256_maddubs_epi16(xa, b1), ones));
+      for (int r = 0; r < MR; ++r) rows[r] = t.a_rows[r0 + r] + t.tap_offset[i];
+      for (int64_t k = 0; k < t.kc; k += kKR4) {
+        k_step_narrow<MR>(rows, k, b, ones, c0, c1);
+        b += kNR * kKR4;
+      }
+    }
+  } else {
+    const uint8_t* a = static_cast<const uint8_t*>(t.a) + r0 * t.a_row_stride;
+#pragma GCC unroll 5
+    for (int r = 0; r < MR; ++r) rows[r] = a + r * t.a_row_stride;
+    for (int64_t k = 0; k < t.kc; k += kKR4) {
+      k_step_narrow<MR>(rows, k, b, ones, c0, c1);
+      b += kNR * kKR4;
     }
   }
 }
 
-template <int MR, bool kNarrow>
+template <int MR, bool kNarrow, bool kIndirect = false>
 __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
   int32_t* partial = t.partial + r0 * kNR;
 
@@ -146,7 +168,7 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
                          : _mm256_setzero_si256();
   }
   if constexpr (kNarrow) {
-    k_loop_narrow<MR>(t, r0, c0, c1);
+    k_loop_narrow<MR, kIndirect>(t, r0, c0, c1);
   } else {
     k_loop_wide<MR>(t, r0, c0, c1);
   }
@@ -177,19 +199,19 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
   }
 }
 
-template <int MR, bool kNarrow>
+template <int MR, bool kNarrow, bool kIndirect = false>
 __attribute__((noinline)) void run_rows(const TileArgs& t) {
   int64_t r0 = 0;
-  for (; r0 + MR <= t.rows; r0 += MR) tile<MR, kNarrow>(t, r0);
+  for (; r0 + MR <= t.rows; r0 += MR) tile<MR, kNarrow, kIndirect>(t, r0);
   switch (t.rows - r0) {
-    case 1: tile<1, kNarrow>(t, r0); break;
-    case 2: tile<2, kNarrow>(t, r0); break;
-    case 3: tile<3, kNarrow>(t, r0); break;
+    case 1: tile<1, kNarrow, kIndirect>(t, r0); break;
+    case 2: tile<2, kNarrow, kIndirect>(t, r0); break;
+    case 3: tile<3, kNarrow, kIndirect>(t, r0); break;
     case 4:
-      if constexpr (MR > 4) tile<4, kNarrow>(t, r0);
+      if constexpr (MR > 4) tile<4, kNarrow, kIndirect>(t, r0);
       break;
     case 5:
-      if constexpr (MR > 5) tile<5, kNarrow>(t, r0);
+      if constexpr (MR > 5) tile<5, kNarrow, kIndirect>(t, r0);
       break;
     default: break;
   }
@@ -199,10 +221,17 @@ __attribute__((noinline)) void run_rows(const TileArgs& t) {
 
 void qgemm_tiles_avx2(const TileArgs& t) { run_rows<L::kMR, false>(t); }
 
-// The implicit convolution's indirect rows (TileArgs::a_rows) never reach this family:
-// conv.cc takes the implicit path only when kernel_family(isa).a_bytes == 1, which for
-// avx2 is the int16 family above, so avx2 convolutions run im2col + qgemm.
-void qgemm_tiles_avx2_narrow(const TileArgs& t) { run_rows<Avx2NarrowLayout::kMR, true>(t); }
+// The 7-bit family reads uint8 x', so it also serves the implicit convolution's indirect
+// rows (TileArgs::a_rows; conv.cc takes that path when the packed weights' family reads
+// uint8). The int16 family above never sees them: avx2 convolutions with 8-bit weights
+// run im2col + qgemm.
+void qgemm_tiles_avx2_narrow(const TileArgs& t) {
+  if (t.a_rows) {
+    run_rows<Avx2NarrowLayout::kMR, true, true>(t);
+  } else {
+    run_rows<Avx2NarrowLayout::kMR, true>(t);
+  }
+}
 
 }  // namespace qgemm
 }  // namespace quanta
