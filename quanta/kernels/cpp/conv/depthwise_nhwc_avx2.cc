@@ -7,7 +7,8 @@
 // vpmaddwd against the int16 weight pairs gives 8 int32 channel sums (exact: |x'0·w0 +
 // x'1·w1| <= 2·255·128, no vpmaddubsw saturation). A missing second tap (odd taps) is a
 // zero vector. Channels stay in order, so the epilogue is qgemm's AVX2 one; a channel
-// tail (C mod 16) runs the same code on copies of its bytes.
+// tail (C mod 16) is the block of the last 16 channels (overlapping the one before), or,
+// with fewer than 16 channels, the same code on copies of its bytes.
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #else
@@ -103,7 +104,12 @@ void row_impl(const DepthwiseNhwc& a) {
     const uint8_t* const* p = a.ptrs + o * a.taps;
     uint8_t* y = static_cast<uint8_t*>(a.y) + o * a.y_pixel_stride * ob;
     for (int64_t c0 = 0; c0 < full; c0 += 16) block16<kZw, kFlip>(a, p, c0, c0, 16, y + c0 * ob);
-    if (tail) {
+    if (tail && full > 0) {
+      // the last 16 channels again, overlapping the previous block (the same bytes are
+      // written twice): plain loads instead of a copy of the tail per tap (C = 24: 1.31
+      // -> 1.0x ONNX Runtime's time)
+      block16<kZw, kFlip>(a, p, a.C - 16, a.C - 16, 16, y + (a.C - 16) * ob);
+    } else if (tail) {
       for (int64_t t = 0; t < a.taps; ++t) std::memcpy(tail_bytes + 16 * t, p[t] + full, static_cast<size_t>(tail));
       block16<kZw, kFlip>(a, tail_ptrs, 0, full, static_cast<int>(tail), y + full * ob);
     }
