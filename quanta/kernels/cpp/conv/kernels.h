@@ -102,7 +102,7 @@ struct QConv::Plan {
   size_t off_partial = 0, off_rowsum = 0;                              // thread buffer
   // depthwise path
   bool dw_direct = false;  // the kernel reads the NCHW planes in place
-  bool dw_pairs = false;   // avx2 pair kernel: the thread buffer also holds the int16 rows
+  bool dw_pairs = false;   // avx2 pair kernel: the thread buffer holds the int16 rows it builds
   int64_t dw_stride = 0, dw_rows_per_unit = 0, dw_row_blocks = 0, dw_in_rows = 0;
   size_t off_ready = 0;  // main buffer (colterm at off_colterm)
   // channels_last (ConvArgs::channels_last)
