@@ -283,6 +283,15 @@ DEPTHWISE = [
     ((1, 6, 5, 9), (6, 1, 1, 1), {}, "1x1 depthwise"),
     ((2, 6, 31), (6, 1, 5), {"pads": [2, 1], "strides": [2]}, "1-D"),
     ((1, 3, 1, 1), (3, 1, 3, 3), {"pads": [1, 1, 1, 1]}, "a 1x1 image: every tap but one is padding"),
+    # the avx2 pair kernel (sw = 1 or 2, dw = 1): 16-pixel blocks, even / odd pixels at sw = 1
+    ((1, 3, 5, 33), (3, 1, 3, 3), {"pads": [1, 1, 1, 1]}, "OW 33: two 16-pixel blocks and one pixel"),
+    ((1, 7, 6, 16), (7, 1, 3, 3), {"pads": [0, 1, 1, 1]}, "OW 16: one full block"),
+    ((1, 17, 7, 35), (17, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "stride 2, OW 18"),
+    ((1, 3, 9, 31), (3, 1, 3, 3), {"pads": [1, 0, 1, 0], "strides": [1, 2]}, "sw 2, sh 1, OW 15"),
+    ((1, 7, 11, 17), (7, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 1]}, "sh 2, sw 1, OW 17"),
+    ((1, 3, 8, 21), (3, 1, 2, 4), {"pads": [0, 1, 1, 2]}, "even kw: pairs without a lone tap"),
+    ((1, 3, 9, 19), (3, 1, 3, 3), {"pads": [2, 1, 2, 1], "dilations": [2, 1]}, "dh 2, dw 1: pairs"),
+    ((1, 3, 13, 13), (3, 1, 11, 11), {"pads": [5, 5, 5, 5]}, "11x11: 66 pairs, the gather form"),
 ]
 
 
@@ -381,8 +390,11 @@ def test_gemm_paths(x_shape, w_shape, attrs, why):
     vnni_or_portable = [k for isa, k in zip(ISAS, kernels) if isa != "avx2"]
     want = "qconv_implicit+" if why.startswith("implicit") else "qconv_im2col+"
     assert all(k.startswith(want) for k in vnni_or_portable), kernels
-    if "avx2" in ISAS:  # 8-bit weights: the int16 family, whose tiles read int16 x': im2col
-        assert kernels[ISAS.index("avx2")].startswith("qconv_im2col+")
+    if "avx2" in ISAS:  # 8-bit weights: the int16 family, whose tiles read int16 x': im2col, or the direct small-C kernel
+        cg, kw = w_shape[1], w_shape[-1]
+        direct = attrs.get("group", 1) == 1 and cg % 4 != 0 and math.prod(w_shape[2:]) > 1 and kw * cg <= 64
+        direct = direct and w_shape[0] <= 64 and attrs.get("dilations", [1])[-1] == 1
+        assert kernels[ISAS.index("avx2")].startswith("qconv_direct_" if direct else "qconv_im2col+"), kernels
 
 
 # NCHW 1x1 / stride 1 / no pads / one group runs as the transposed GEMM y[m, p] = Σ_c
@@ -465,11 +477,22 @@ def test_int32_accumulator_wraps_like_onnx():
     check(case, ops=("integer",))
 
 
-def test_depthwise_weight_zero_point_outside_int8():
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("kw", [3, 4])
+def test_depthwise_weight_zero_point_outside_int8(stride, kw):
     # w − zw does not fit int8 (-228, 255): the kernel keeps w' and adds the − zw'·Σx' term
+    # (the avx2 pair kernel: a lone last tap of an odd kw must not enter Σx')
     rng = np.random.default_rng(11)
     for w_dtype, zw in ((np.int8, 100), (np.uint8, 0), (np.uint8, 255)):
-        case = random_case(rng, (1, 5, 9, 13), (5, 1, 3, 3), w_dtype=w_dtype, group=5, pads=[1, 1, 1, 1])
+        case = random_case(
+            rng,
+            (1, 5, 9, 19),
+            (5, 1, 3, kw),
+            w_dtype=w_dtype,
+            group=5,
+            pads=[1, 1, 1, 1],
+            strides=[stride, stride],
+        )
         case.zw = np.full(5, zw, w_dtype)
         case.w.reshape(-1)[::2] = np.iinfo(w_dtype).min
         case.w.reshape(-1)[1::2] = np.iinfo(w_dtype).max
@@ -792,6 +815,15 @@ DEPTHWISE_NHWC = [
     ((1, 5, 6, 7), (5, 1, 2, 2), {}, "2x2 no pads: every tap inside x"),
     ((2, 7, 31), (7, 1, 5), {"pads": [2, 1], "strides": [2]}, "1-D"),
     ((1, 3, 1, 1), (3, 1, 3, 3), {"pads": [1, 1, 1, 1]}, "a 1x1 image: every tap but one is padding"),
+    # the avx2 pair kernel (sw = 1 or 2, dw = 1): 16-pixel blocks, even / odd pixels at sw = 1
+    ((1, 3, 5, 33), (3, 1, 3, 3), {"pads": [1, 1, 1, 1]}, "OW 33: two 16-pixel blocks and one pixel"),
+    ((1, 7, 6, 16), (7, 1, 3, 3), {"pads": [0, 1, 1, 1]}, "OW 16: one full block"),
+    ((1, 17, 7, 35), (17, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "stride 2, OW 18"),
+    ((1, 3, 9, 31), (3, 1, 3, 3), {"pads": [1, 0, 1, 0], "strides": [1, 2]}, "sw 2, sh 1, OW 15"),
+    ((1, 7, 11, 17), (7, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 1]}, "sh 2, sw 1, OW 17"),
+    ((1, 3, 8, 21), (3, 1, 2, 4), {"pads": [0, 1, 1, 2]}, "even kw: pairs without a lone tap"),
+    ((1, 3, 9, 19), (3, 1, 3, 3), {"pads": [2, 1, 2, 1], "dilations": [2, 1]}, "dh 2, dw 1: pairs"),
+    ((1, 3, 13, 13), (3, 1, 11, 11), {"pads": [5, 5, 5, 5]}, "11x11: 66 pairs, the gather form"),
 ]
 
 
@@ -961,18 +993,27 @@ def test_direct_small_channel_path(x_shape, w_shape, attrs, why, x_dtype):
     case = derive_output(case, np.uint8)
     # channels_last, and NCHW (the same kernel between two transposes)
     for kernels in (check_nhwc(case), check(case)):
-        if "avx512vnni" in ISAS:
-            assert kernels[ISAS.index("avx512vnni")].startswith("qconv_direct_"), kernels
+        for isa in ("avx512vnni", "avx2"):
+            if isa in ISAS:
+                assert kernels[ISAS.index(isa)].startswith("qconv_direct_"), kernels
 
 
-def test_direct_path_refuses_weights_whose_difference_leaves_int8():
-    # w − zw = 127 − (−100) does not fit int8: no direct kernel (the generic path runs)
+def test_direct_path_when_the_weight_difference_leaves_int8():
+    # w − zw = 127 − (−100) does not fit int8: no avx512vnni direct kernel (the generic path
+    # runs); avx2's int16 weights hold it, its direct kernel runs (x at 255 next to the
+    # extreme weights: the pair sums that saturate int16)
     rng = np.random.default_rng(31)
     case = random_case(rng, (1, 3, 9, 9), (16, 3, 3, 3), pads=[1, 1, 1, 1], strides=[2, 2])
     case.w[0, 0, 0, 0] = 127
+    case.w[1::2] = -128
+    case.x[..., ::2, :] = 255
     case.zw = np.full(16, -100, np.int8)
-    kernels = check_nhwc(derive_output(case, np.uint8))
-    assert not any(k.startswith("qconv_direct_") for k in kernels), kernels
+    case.zw[1::2] = 127
+    for kernels in (check_nhwc(derive_output(case, np.uint8)), check(derive_output(case, np.int8))):
+        if "avx512vnni" in ISAS:
+            assert not kernels[ISAS.index("avx512vnni")].startswith("qconv_direct_"), kernels
+        if "avx2" in ISAS:
+            assert kernels[ISAS.index("avx2")].startswith("qconv_direct_"), kernels
 
 
 # --------------------------------------------------------------------------------------
@@ -1202,7 +1243,7 @@ def test_avx2_saturating_pairs(x_shape, w_shape, attrs, why, weights, path, monk
     kernels = check(case)
     if "avx2" in ISAS:
         avx2 = kernels[ISAS.index("avx2")]
-        if weights == "7-bit" and not avx2.startswith("qconv_dw"):
+        if weights == "7-bit" and not avx2.startswith(("qconv_dw", "qconv_direct")):
             assert avx2.endswith("qgemm_u8s7_s32_5x16c4__avx2"), avx2
 
 

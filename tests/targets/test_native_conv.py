@@ -307,12 +307,12 @@ def test_kernel_names_say_which_path_runs():
             {"group": 8},
             "native:qconv_dw_",
         ),  # a lone depthwise convolution stays NCHW (ChannelsLast builds no region of one)
-        # C = 3: the direct small-channel kernel (AVX-512 VNNI, channels-last), else im2col
+        # C = 3: the direct small-channel kernel (AVX-512 VNNI and AVX2, channels-last), else im2col
         (
             (1, 3, 6, 6),
             (4, 3, 3, 3),
             {},
-            "native:qconv_direct_" if isa == "avx512vnni" else "native:qconv_im2col+",
+            "native:qconv_direct_" if isa in ("avx512vnni", "avx2") else "native:qconv_im2col+",
         ),
     ]
     if isa != "avx2":

@@ -97,6 +97,7 @@ const std::vector<KernelRow>& kernel_table() {
        Isa::kAvx512Vnni,
        "qgemm_u8s8_s32_12x32c4__avx512vnni",
        {"mc", "nc", "kc", "prefetch", "prefetch_a"}},
+      {"qconv_direct", "u8s8->s32", Isa::kAvx2, "qconv_direct_u8s8_s32_6x16c2__avx2", {}},
       {"qconv_direct", "u8s8->s32", Isa::kAvx512Vnni, "qconv_direct_u8s8_s32_8x16c4__avx512vnni", {}},
       {"qconv_depthwise", "u8s8->s32", Isa::kPortable, "qconv_dw_u8s8_s32_1c1__portable", {}},
       {"qconv_depthwise", "u8s8->s32", Isa::kAvx2, "qconv_dw_u8s8_s32_8c4__avx2", {}},

@@ -277,11 +277,12 @@ class QConv {
   Attributes attrs_;
   std::vector<std::shared_ptr<qgemm::PackedWeights>> packed_;  // one per group (gemm path)
   DepthwiseWeights dw_;
-  // direct small-C kernel (channels_last, avx512vnni; kernels.h "Direct, small C")
+  // direct small-C kernel (channels_last, avx512vnni and avx2; kernels.h "Direct, small C")
   bool direct_ = false;
   int64_t direct_groups_ = 0;
-  std::vector<int8_t> direct_w_;
-  std::vector<int32_t> direct_cs_;  // Σ (w − zw) per output channel
+  std::vector<int8_t> direct_w_;     // avx512vnni
+  std::vector<int16_t> direct_w16_;  // avx2
+  std::vector<int32_t> direct_cs_;   // Σ (w − zw) per output channel
   // pointwise NCHW path (1x1, one group): w [M, Cg] as qgemm's x operand, and zw
   std::vector<uint8_t> pw_w_;
   std::vector<int32_t> pw_zw_;      // M values, or 1

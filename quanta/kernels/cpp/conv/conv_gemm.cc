@@ -721,7 +721,8 @@ void QConv::plan_direct(const ConvArgs& a, const Geometry& geo, Plan& pl) const 
   pl.off_colterm = 0;
   pl.off_mult = align64(cols * 4);
   pl.off_xpad = pl.off_mult + align64(cols * 4);
-  pl.main_bytes = pl.off_xpad + align64(static_cast<size_t>(geo.N * pl.Hp * pl.Wp * geo.C) + 64);
+  const size_t elem = isa_ == Isa::kAvx2 ? 2 : 1;  // avx2: the image widened to int16
+  pl.main_bytes = pl.off_xpad + align64(static_cast<size_t>(geo.N * pl.Hp * pl.Wp * geo.C) * elem + 64);
   pl.n_thread_ws = 0;
 }
 
@@ -741,18 +742,33 @@ void QConv::run_direct(const ConvArgs& a, const Geometry& geo, const Plan& pl, C
         m < M_ ? static_cast<int32_t>(b - static_cast<uint32_t>(zx_shifted) * static_cast<uint32_t>(direct_cs_[m])) : 0;
     mult[m] = m < M_ && a.out_type != OutType::kS32 ? a.multiplier[a.multiplier_per_channel ? m : 0] : 0.0f;
   }
-  std::memset(xpad + geo.N * Hp * Wp * C, pad, 64);
+  const bool avx2 = isa_ == Isa::kAvx2;
+  int16_t* xpad16 = reinterpret_cast<int16_t*>(xpad);  // avx2: x' widened to int16
+  if (avx2) {
+    std::fill(xpad16 + geo.N * Hp * Wp * C, xpad16 + geo.N * Hp * Wp * C + 32, static_cast<int16_t>(pad));
+  } else {
+    std::memset(xpad + geo.N * Hp * Wp * C, pad, 64);
+  }
 
   auto pad_row = [&](int64_t unit, int) {  // padded row `unit` of (n, row)
     const int64_t n = unit / Hp, r = unit % Hp, iy = r - geo.pad_top;
+    const bool inside = iy >= 0 && iy < geo.H;
+    const uint8_t* src = static_cast<const uint8_t*>(a.x) + ((n * geo.H + (inside ? iy : 0)) * geo.W) * C;
+    if (avx2) {
+      int16_t* dst = xpad16 + unit * Wp * C;
+      const int64_t lo = inside ? geo.pad_left * C : Wp * C, hi = inside ? (geo.pad_left + geo.W) * C : Wp * C;
+      for (int64_t i = 0; i < lo; ++i) dst[i] = static_cast<int16_t>(pad);
+      for (int64_t i = lo; i < hi; ++i) dst[i] = static_cast<int16_t>(src[i - lo] ^ flip);
+      for (int64_t i = hi; i < Wp * C; ++i) dst[i] = static_cast<int16_t>(pad);
+      return;
+    }
     uint8_t* dst = xpad + unit * Wp * C;
-    if (iy < 0 || iy >= geo.H) {
+    if (!inside) {
       std::memset(dst, pad, static_cast<size_t>(Wp * C));
       return;
     }
     std::memset(dst, pad, static_cast<size_t>(geo.pad_left * C));
-    copy_flipped(static_cast<const uint8_t*>(a.x) + ((n * geo.H + iy) * geo.W) * C, dst + geo.pad_left * C, geo.W * C,
-                 flip);
+    copy_flipped(src, dst + geo.pad_left * C, geo.W * C, flip);
     std::memset(dst + (geo.pad_left + geo.W) * C, pad, static_cast<size_t>(geo.pad_right * C));
   };
   run_with_affinity(pl.threads, geo.N * Hp, pad_row);
@@ -774,12 +790,18 @@ void QConv::run_direct(const ConvArgs& a, const Geometry& geo, const Plan& pl, C
     base.lo_minus_zy = static_cast<float>((s8 ? -128 : 0) - a.zy);
     base.hi_minus_zy = static_cast<float>((s8 ? 127 : 255) - a.zy);
   }
+  base.weights16 = direct_w16_.data();
   auto unit_fn = [&](int64_t unit, int) {
     const int64_t n = unit / geo.OH, oy = unit % geo.OH;
     DirectRow r = base;
-    r.in = xpad + ((n * Hp + oy * geo.sh) * Wp) * C;
     r.y = static_cast<uint8_t*>(a.y) + unit * geo.OW * M_ * ob;
-    direct_row_avx512vnni(r);
+    if (avx2) {
+      r.in16 = xpad16 + ((n * Hp + oy * geo.sh) * Wp) * C;
+      direct_row_avx2(r);
+    } else {
+      r.in = xpad + ((n * Hp + oy * geo.sh) * Wp) * C;
+      direct_row_avx512vnni(r);
+    }
   };
   run_with_affinity(pl.threads, pl.units, unit_fn);
 }

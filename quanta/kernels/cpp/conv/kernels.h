@@ -102,6 +102,7 @@ struct QConv::Plan {
   size_t off_partial = 0, off_rowsum = 0;                              // thread buffer
   // depthwise path
   bool dw_direct = false;  // the kernel reads the NCHW planes in place
+  bool dw_pairs = false;   // avx2 pair kernel: the thread buffer holds the int16 rows it builds
   int64_t dw_stride = 0, dw_rows_per_unit = 0, dw_row_blocks = 0, dw_in_rows = 0;
   size_t off_ready = 0;  // main buffer (colterm at off_colterm)
   // channels_last (ConvArgs::channels_last)
@@ -178,7 +179,23 @@ struct DepthwiseRows {
   float lo_minus_zy = 0.f, hi_minus_zy = 0.f;  // qmin − zy, qmax − zy (kU8/kS8)
   void* y = nullptr;                           // output row 0 of the call (elements of out_type)
   int64_t y_stride = 0;                        // elements between output rows (OW)
+  // avx2 pair mode (dw_pairs_fit; in = null): the kernel reads the plane as the direct
+  // mode above and builds the padded rows itself, widened to int16: scratch16 holds
+  // dw_pairs_width() elements per row (xpad' as in the direct mode, zx' outside x)
+  int16_t* scratch16 = nullptr;
 };
+
+// The avx2 pair kernel (depthwise_avx2.cc) takes sw = 1 or 2, dw = 1 and at most 64 tap
+// pairs: each pair (kx, kx + 1) of output pixel o is one dword of the int16 row.
+constexpr int64_t kDwMaxPairs = 64;
+inline bool dw_pairs_fit(int64_t sw, int64_t dw, int64_t kh, int64_t kw) {
+  return (sw == 1 || sw == 2) && dw == 1 && kh * ((kw + 1) / 2) <= kDwMaxPairs;
+}
+// int16 elements per padded row of the pair kernel: what its 16-pixel blocks read (the
+// last block's second vector ends before ow16·sw + 2·pairs), in whole 32-byte vectors
+inline int64_t dw_pairs_width(int64_t ow, int64_t sw, int64_t kw) {
+  return ((ow + 15) / 16 * 16 * sw + 2 * ((kw + 1) / 2) + 15) / 16 * 16;
+}
 
 // byte 4o + t of a 16-byte lane: tap t of the lane's pixel o, at o·sw + t·dw; 0x80 (a
 // zero) for taps past `taps`. vpermd index of dword e: (e / 4)·sw + e % 4.
@@ -388,7 +405,7 @@ inline size_t dw_flat_scratch_bytes(int64_t kh, int64_t dh, int64_t kw) {
 void depthwise_nhwc_flat_avx512vnni(const DepthwiseNhwcFlat& a);
 
 // ---------------------------------------------------------------------------------------
-// Direct, small C (avx512vnni, channels_last; QConv::direct_eligible): one call computes
+// Direct, small C (avx512vnni and avx2, channels_last; QConv::create): one call computes
 // one output row (ow pixels) of all M <= 64 channels from a padded NHWC image in the x'
 // domain (pads zx', 64 slack bytes past its end). For pixel o the kernel row ky starts
 // at in + ky·row_step + o·pixel_step; its run of kw·C bytes is read in `groups` dwords.
@@ -396,20 +413,29 @@ void depthwise_nhwc_flat_avx512vnni(const DepthwiseNhwcFlat& a);
 // w_eff[m, c, ky, kx] with 4q + t = kx·C + c (0 past kw·C); w_eff = w − zw fits int8, so
 //   acc[m] = Σ_{ky, q, t} x'·w_eff + colterm[m],   colterm = bias − zx'·Σ w_eff   eq. (5)
 // then the output stage of conv.h; y row of ow pixels x M (elements of out_type).
+//
+// avx2 (no int8 dot product without saturation): the padded image is widened to int16
+// (in16; row_step and pixel_step count elements), the run is read in `groups` pairs of
+// int16 (one dword each, 0-weight past kw·C), and the weights are int16
+// [kh][groups][ceil(M/8)][8 lanes][2] (weights16): w_eff = w − zw, which fits int16 for
+// any weights, so this form has no int8 condition and no Σx' term either.
 // ---------------------------------------------------------------------------------------
 struct DirectRow {
   const uint8_t* in = nullptr;
-  int64_t row_step = 0, pixel_step = 0;  // bytes: dh·Wp·C, sw·C
+  const int16_t* in16 = nullptr;         // avx2
+  int64_t row_step = 0, pixel_step = 0;  // bytes: dh·Wp·C, sw·C (avx2: elements)
   int64_t kh = 1, groups = 1, ow = 0, M = 0;
   const int8_t* weights = nullptr;
-  const int32_t* colterm = nullptr;   // [ceil(M/16)·16]
-  const float* multiplier = nullptr;  // [ceil(M/16)·16] (kU8/kS8)
+  const int16_t* weights16 = nullptr;  // avx2
+  const int32_t* colterm = nullptr;    // [ceil(M/16)·16]
+  const float* multiplier = nullptr;   // [ceil(M/16)·16] (kU8/kS8)
   OutType out_type = OutType::kS32;
   int32_t zy = 0;
   float lo_minus_zy = 0.f, hi_minus_zy = 0.f;
   void* y = nullptr;
 };
 
+void direct_row_avx2(const DirectRow& a);
 void direct_row_avx512vnni(const DirectRow& a);
 
 // Tile transposes: layout/tiles.h.
