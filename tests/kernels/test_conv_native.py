@@ -390,7 +390,9 @@ def test_gemm_paths(x_shape, w_shape, attrs, why):
     vnni_or_portable = [k for isa, k in zip(ISAS, kernels) if isa != "avx2"]
     want = "qconv_implicit+" if why.startswith("implicit") else "qconv_im2col+"
     assert all(k.startswith(want) for k in vnni_or_portable), kernels
-    if "avx2" in ISAS:  # 8-bit weights: the int16 family, whose tiles read int16 x': im2col, or the direct small-C kernel
+    # avx2, 8-bit weights: the int16 family, whose tiles read int16 x' (im2col), or the
+    # direct small-C kernel
+    if "avx2" in ISAS:
         cg, kw = w_shape[1], w_shape[-1]
         direct = attrs.get("group", 1) == 1 and cg % 4 != 0 and math.prod(w_shape[2:]) > 1 and kw * cg <= 64
         direct = direct and w_shape[0] <= 64 and attrs.get("dilations", [1])[-1] == 1
