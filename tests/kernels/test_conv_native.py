@@ -1278,15 +1278,21 @@ def seven_bit(case: ConvCase, y_dtype=np.uint8) -> ConvCase:
     return derive_output(new, y_dtype)
 
 
-def expected_avx2_path(case: ConvCase) -> str:
-    """The path conv.cc takes on avx2 for 7-bit weights that are not depthwise: implicit
-    when a tap chunk (kw·Cg with one group and dilation 1, else Cg) is whole groups of 4 k."""
+def expected_avx2_kernel(case: ConvCase) -> str:
+    """The kernel conv.cc takes on avx2 for 7-bit weights that are not depthwise: the
+    direct small-C kernel where its conditions hold (one group, Cg not a multiple of 4,
+    more than one tap, kw·Cg <= 64, at most 64 outputs, dilation 1 along W: the stem,
+    exact for any weights), else implicit when a tap chunk (kw·Cg with one group and
+    dilation 1, else Cg) is whole groups of 4 k, else im2col, both on the 7-bit family."""
     attrs = case.attrs
     group = attrs.get("group", 1)
     cg, kw = case.w.shape[1], case.w.shape[-1]
     dw = attrs.get("dilations", [1] * (case.x.ndim - 2))[-1]
+    taps = math.prod(case.w.shape[2:])
+    if group == 1 and cg % 4 != 0 and taps > 1 and kw * cg <= 64 and case.w.shape[0] <= 64 and dw == 1:
+        return "qconv_direct_u8s8_s32_6x16c2__avx2"
     chunk = kw * cg if dw == 1 and group == 1 else cg
-    return "qconv_implicit+" if chunk % 4 == 0 else "qconv_im2col+"
+    return ("qconv_implicit+" if chunk % 4 == 0 else "qconv_im2col+") + SEVEN_BIT_FAMILY
 
 
 # (x shape, w shape, attrs, why): channels 3, 7, 17; K > 258; groups; strides; dilations
@@ -1321,7 +1327,7 @@ def test_avx2_seven_bit_weights_take_the_implicit_path(x_shape, w_shape, attrs, 
     case = seven_bit(
         random_case(rng, x_shape, w_shape, x_dtype=x_dtype, w_dtype=w_dtype, per_channel=True, **attrs)
     )
-    want = expected_avx2_path(case) + SEVEN_BIT_FAMILY
+    want = expected_avx2_kernel(case)
     kernels = check(case)
     assert kernels[ISAS.index("avx2")] == want, kernels
     kernels = check_nhwc(case)
