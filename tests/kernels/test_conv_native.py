@@ -261,6 +261,20 @@ def test_native_conv_matches_twin_every_isa_and_thread_count(case):
 # --------------------------------------------------------------------------------------
 
 # (x shape, w shape, attrs, why)
+# the avx2 pair kernel (sw = 1 or 2, dw = 1): 16-pixel blocks, even / odd pixels at sw =
+# 1; the same geometries NCHW and channels_last
+AVX2_PAIR_DEPTHWISE = [
+    ((1, 3, 5, 33), (3, 1, 3, 3), {"pads": [1, 1, 1, 1]}, "OW 33: two 16-pixel blocks and one pixel"),
+    ((1, 7, 6, 16), (7, 1, 3, 3), {"pads": [0, 1, 1, 1]}, "OW 16: one full block"),
+    ((1, 17, 7, 35), (17, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "stride 2, OW 18"),
+    ((1, 3, 9, 31), (3, 1, 3, 3), {"pads": [1, 0, 1, 0], "strides": [1, 2]}, "sw 2, sh 1, OW 15"),
+    ((1, 7, 11, 17), (7, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 1]}, "sh 2, sw 1, OW 17"),
+    ((1, 3, 8, 21), (3, 1, 2, 4), {"pads": [0, 1, 1, 2]}, "even kw: pairs without a lone tap"),
+    ((1, 3, 9, 19), (3, 1, 3, 3), {"pads": [2, 1, 2, 1], "dilations": [2, 1]}, "dh 2, dw 1: pairs"),
+    ((1, 3, 13, 13), (3, 1, 11, 11), {"pads": [5, 5, 5, 5]}, "11x11: 66 pairs, the gather form"),
+]
+
+
 DEPTHWISE = [
     ((1, 7, 9, 11), (7, 1, 3, 3), {"pads": [1, 1, 1, 1]}, "3x3 stride 1, rows of 11: one 16-lane block"),
     ((2, 17, 7, 7), (17, 1, 3, 3), {"pads": [1, 0, 1, 2]}, "OW <= 8: two rows per vector, odd row count"),
@@ -283,15 +297,7 @@ DEPTHWISE = [
     ((1, 6, 5, 9), (6, 1, 1, 1), {}, "1x1 depthwise"),
     ((2, 6, 31), (6, 1, 5), {"pads": [2, 1], "strides": [2]}, "1-D"),
     ((1, 3, 1, 1), (3, 1, 3, 3), {"pads": [1, 1, 1, 1]}, "a 1x1 image: every tap but one is padding"),
-    # the avx2 pair kernel (sw = 1 or 2, dw = 1): 16-pixel blocks, even / odd pixels at sw = 1
-    ((1, 3, 5, 33), (3, 1, 3, 3), {"pads": [1, 1, 1, 1]}, "OW 33: two 16-pixel blocks and one pixel"),
-    ((1, 7, 6, 16), (7, 1, 3, 3), {"pads": [0, 1, 1, 1]}, "OW 16: one full block"),
-    ((1, 17, 7, 35), (17, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "stride 2, OW 18"),
-    ((1, 3, 9, 31), (3, 1, 3, 3), {"pads": [1, 0, 1, 0], "strides": [1, 2]}, "sw 2, sh 1, OW 15"),
-    ((1, 7, 11, 17), (7, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 1]}, "sh 2, sw 1, OW 17"),
-    ((1, 3, 8, 21), (3, 1, 2, 4), {"pads": [0, 1, 1, 2]}, "even kw: pairs without a lone tap"),
-    ((1, 3, 9, 19), (3, 1, 3, 3), {"pads": [2, 1, 2, 1], "dilations": [2, 1]}, "dh 2, dw 1: pairs"),
-    ((1, 3, 13, 13), (3, 1, 11, 11), {"pads": [5, 5, 5, 5]}, "11x11: 66 pairs, the gather form"),
+    *AVX2_PAIR_DEPTHWISE,
 ]
 
 
@@ -817,15 +823,7 @@ DEPTHWISE_NHWC = [
     ((1, 5, 6, 7), (5, 1, 2, 2), {}, "2x2 no pads: every tap inside x"),
     ((2, 7, 31), (7, 1, 5), {"pads": [2, 1], "strides": [2]}, "1-D"),
     ((1, 3, 1, 1), (3, 1, 3, 3), {"pads": [1, 1, 1, 1]}, "a 1x1 image: every tap but one is padding"),
-    # the avx2 pair kernel (sw = 1 or 2, dw = 1): 16-pixel blocks, even / odd pixels at sw = 1
-    ((1, 3, 5, 33), (3, 1, 3, 3), {"pads": [1, 1, 1, 1]}, "OW 33: two 16-pixel blocks and one pixel"),
-    ((1, 7, 6, 16), (7, 1, 3, 3), {"pads": [0, 1, 1, 1]}, "OW 16: one full block"),
-    ((1, 17, 7, 35), (17, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "stride 2, OW 18"),
-    ((1, 3, 9, 31), (3, 1, 3, 3), {"pads": [1, 0, 1, 0], "strides": [1, 2]}, "sw 2, sh 1, OW 15"),
-    ((1, 7, 11, 17), (7, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 1]}, "sh 2, sw 1, OW 17"),
-    ((1, 3, 8, 21), (3, 1, 2, 4), {"pads": [0, 1, 1, 2]}, "even kw: pairs without a lone tap"),
-    ((1, 3, 9, 19), (3, 1, 3, 3), {"pads": [2, 1, 2, 1], "dilations": [2, 1]}, "dh 2, dw 1: pairs"),
-    ((1, 3, 13, 13), (3, 1, 11, 11), {"pads": [5, 5, 5, 5]}, "11x11: 66 pairs, the gather form"),
+    *AVX2_PAIR_DEPTHWISE,
 ]
 
 
