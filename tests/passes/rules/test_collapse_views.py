@@ -17,16 +17,23 @@ from tests.passes.helpers import run_passes, run_ref
 RNG = np.random.default_rng(7)
 
 
-def model_of(nodes, x_dims, y_dims, inits=(), opset=21) -> onnx.ModelProto:
+def graph_model(nodes, inputs, outputs, inits=(), opset=21) -> onnx.ModelProto:
+    """A shape-inferred model of ``nodes``; ``inputs`` / ``outputs`` map names to
+    (element type, dims)."""
     g = helper.make_graph(
         nodes,
         "views",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_dims))],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(y_dims))],
+        [helper.make_tensor_value_info(n, t, list(d)) for n, (t, d) in inputs.items()],
+        [helper.make_tensor_value_info(n, t, list(d)) for n, (t, d) in outputs.items()],
         list(inits),
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     return onnx.shape_inference.infer_shapes(m)
+
+
+def model_of(nodes, x_dims, y_dims, inits=(), opset=21) -> onnx.ModelProto:
+    f = TensorProto.FLOAT
+    return graph_model(nodes, {"x": (f, x_dims)}, {"y": (f, y_dims)}, inits, opset)
 
 
 def same_bytes(proto: onnx.ModelProto, model, x_dims) -> None:
@@ -301,21 +308,12 @@ def test_an_integer_add_of_zero_goes_and_a_float_one_stays(dtype):
         numpy_helper.from_array(np.array([0], dtype), "zero"),
         numpy_helper.from_array(np.array([0.0], np.float32), "fzero"),
     ]
-    g = helper.make_graph(
+    proto = graph_model(
         nodes,
-        "assign",
-        [
-            helper.make_tensor_value_info("x", it, [3, 7]),
-            helper.make_tensor_value_info("f", TensorProto.FLOAT, [3, 7]),
-        ],
-        [
-            helper.make_tensor_value_info("y", it, [3, 7]),
-            helper.make_tensor_value_info("fy", TensorProto.FLOAT, [3, 7]),
-        ],
+        {"x": (it, [3, 7]), "f": (TensorProto.FLOAT, [3, 7])},
+        {"y": (it, [3, 7]), "fy": (TensorProto.FLOAT, [3, 7])},
         inits,
-    )
-    proto = onnx.shape_inference.infer_shapes(
-        helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        opset=17,
     )
     model = load(proto)
     result = run_passes(model, [CollapseViews()])
@@ -369,18 +367,8 @@ def test_a_transpose_read_by_another_node_stays_for_it():
         helper.make_node("Add", ["w", "x"], ["s"], name="add"),
         helper.make_node("Concat", ["s", "s"], ["y"], name="cat", axis=1),
     ]
-    g = helper.make_graph(
-        nodes,
-        "shared",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7, 17])],
-        [
-            helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 14, 17]),
-            helper.make_tensor_value_info("n", TensorProto.FLOAT, [3, 17, 7]),
-        ],
-    )
-    proto = onnx.shape_inference.infer_shapes(
-        helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
-    )
+    f = TensorProto.FLOAT
+    proto = graph_model(nodes, {"x": (f, [3, 7, 17])}, {"y": (f, [3, 14, 17]), "n": (f, [3, 17, 7])})
     model = load(proto)
     result = run_passes(model, [CollapseViews()])
     assert result.fired("TransposeOfTranspose") == 1
