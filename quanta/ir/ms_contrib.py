@@ -69,11 +69,11 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from quanta.ir.graph import unused_name
+from quanta.ir.op_facts import MS as MS_DOMAIN
 from quanta.ir.shape_hints import without_weight_data
 
 __all__ = ["MS_DOMAIN", "ORT_QUANTIZER_PRODUCER", "decompose_contrib_ops"]
 
-MS_DOMAIN = "com.microsoft"
 #: the producer_name ONNX Runtime's quantization tool writes into its files (a file that
 #: computes ORT's functions: quanta.session's float_functions "auto" reads it too)
 ORT_QUANTIZER_PRODUCER = "onnx.quantize"

@@ -62,6 +62,7 @@ from onnx import AttributeProto, TensorProto, helper, numpy_helper
 from quanta.ir.graph import Graph, GraphError, Model, Node, Value, toposort_nodes
 from quanta.ir.ms_contrib import decompose_contrib_ops
 from quanta.ir.onnx_functions import expand_function_ops, nested_graphs
+from quanta.ir.op_facts import MS as MS_DOMAIN
 from quanta.ir.op_facts import derive
 from quanta.ir.quark_ops import decompose_quark_ops
 from quanta.ir.shape_hints import infer_shapes as infer_light
@@ -93,8 +94,6 @@ __all__ = [
     "to_proto",
     "upgrade_opset",
 ]
-
-MS_DOMAIN = "com.microsoft"
 
 
 class ModelLoadError(ValueError):

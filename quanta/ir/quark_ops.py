@@ -34,12 +34,12 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from quanta.ir.graph import unused_name
+from quanta.ir.op_facts import MS as MS_DOMAIN
 from quanta.ir.shape_hints import tensor_types
 
 __all__ = ["QUARK_DOMAIN", "decompose_quark_ops"]
 
 QUARK_DOMAIN = "com.amd.quark"
-MS_DOMAIN = "com.microsoft"
 
 _INT_Q = {TensorProto.INT8, TensorProto.UINT8, TensorProto.INT16, TensorProto.UINT16}
 _INT_DQ = _INT_Q | {TensorProto.INT32}

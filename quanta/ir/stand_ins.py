@@ -28,11 +28,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from quanta.ir.op_facts import MS as MS_DOMAIN
 from quanta.ir.shape_hints import infer_shapes
 
 __all__ = ["infer_through"]
 
-MS_DOMAIN = "com.microsoft"
 _SHAPE_ATTRS = ("hidden_size", "direction", "layout")
 
 

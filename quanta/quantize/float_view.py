@@ -47,7 +47,6 @@ from quanta.kernels.reference.quantize import dequantize_linear, quantize_linear
 
 __all__ = ["FloatView", "derive_float_view", "is_quantized", "quantized_ops"]
 
-MS = "com.microsoft"
 
 #: Operators that only quantized files hold (any domain): the default ONNX ones and the
 #: com.microsoft ones ONNX Runtime's quantizer writes

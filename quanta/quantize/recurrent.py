@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from quanta.ir.graph import Model, Node, Value
+from quanta.ir.op_facts import MS as MS_DOMAIN
 from quanta.ir.types import F32, I8, TensorType
 from quanta.kernels.reference.quantize import quantize_linear
 from quanta.quantize.qdq import TensorPlan, _weight_type, weight_float_reason
@@ -54,7 +55,6 @@ __all__ = [
 #: non-zero values below half an 8-bit step stays float in ``quantize_static``
 SPREAD_LIMIT = 0.5
 
-MS_DOMAIN = "com.microsoft"
 QUANTA_DOMAIN = "quanta"
 _RECURRENT = frozenset({"LSTM", "GRU"})
 

@@ -23,11 +23,22 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["OPS", "REFUSALS", "OpContext", "OpError", "get_op", "refusal", "refuses", "register"]
+from quanta.ir.op_facts import MS as MS_DOMAIN
+
+__all__ = [
+    "MS_DOMAIN",  # for the kernels of com.microsoft operators
+    "OPS",
+    "REFUSALS",
+    "OpContext",
+    "OpError",
+    "get_op",
+    "refusal",
+    "refuses",
+    "register",
+]
 
 ONNX_DOMAIN = ""
 ML_DOMAIN = "ai.onnx.ml"
-MS_DOMAIN = "com.microsoft"
 
 
 class OpError(ValueError):

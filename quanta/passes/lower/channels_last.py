@@ -49,13 +49,13 @@ from __future__ import annotations
 import numpy as np
 
 from quanta.ir.graph import Graph, Node, Value
+from quanta.ir.op_facts import MS as MS_DOMAIN
 from quanta.ir.types import QuantType, TensorType
 from quanta.passes.manager import Pass, PassResult
 from quanta.passes.rules.sink_transposes import permuted_const
 
 __all__ = ["ChannelsLast", "to_channels_first", "to_channels_last"]
 
-MS_DOMAIN = "com.microsoft"
 
 #: (domain, op_type) -> indices of the layout inputs, for operators that always join.
 _CHANNELS_LAST_OPS: dict[tuple[str, str], tuple[int, ...]] = {

@@ -46,6 +46,7 @@ from collections.abc import Callable
 import numpy as np
 
 from quanta.ir.graph import Node, Value, result_type
+from quanta.ir.op_facts import MS as MS_DOMAIN
 from quanta.ir.op_rules import Stage
 from quanta.ir.types import IntType, QuantType
 from quanta.passes.lower.conv_float_output import LowerConvFloatOutput
@@ -73,7 +74,6 @@ __all__ = [
     "LowerUnary",
 ]
 
-MS_DOMAIN = "com.microsoft"
 CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 STORAGE_8BIT = ("u8", "i8")
 

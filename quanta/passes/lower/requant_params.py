@@ -28,11 +28,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from quanta.ir.graph import Graph, Node, Value
+from quanta.ir.op_facts import MS as MS_DOMAIN
 from quanta.passes.manager import Pass, PassResult
 
 __all__ = ["REQUANT_OPS", "CarryRequantization", "FloatRequant", "float_multiplier", "requant_params"]
 
-MS_DOMAIN = "com.microsoft"
 QUANTA_DOMAIN = "quanta"
 F32 = np.float32
 

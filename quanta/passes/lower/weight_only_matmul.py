@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from quanta.ir.graph import Value, result_type
+from quanta.ir.op_facts import MS
 from quanta.ir.types import F32
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 
@@ -43,8 +44,6 @@ __all__ = [
     "WeightOnlyMatMul",
     "WeightOnlyMatMuls",
 ]
-
-MS = "com.microsoft"
 
 
 class DynamicWeightMatMul(Rule):

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from quanta.ir.graph import Model, Node
+from quanta.ir.op_facts import MS as MS_DOMAIN
 from quanta.kernels.reference.registry import OpContext, OpError
 from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
@@ -26,7 +27,6 @@ from quanta.targets.native._values import const_of as _const
 
 __all__ = ["bind_ms_quantize_linear", "bind_quantize_linear"]
 
-MS_DOMAIN = "com.microsoft"
 
 #: ONNX TensorProto.FLOAT: the only ``precision`` the kernel divides in (0: the scale's type)
 _PRECISIONS = (0, 1)
