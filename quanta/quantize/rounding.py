@@ -307,16 +307,18 @@ class RoundedLayer:
         for an 8-bit input c = q − qmin in uint8 (o = z − qmin), else c = q in float64
         (o = z)."""
         qmin, qmax = self.x_range
-        # in place on one float64 copy (an activation of millions of entries)
-        q = np.array(x, np.float64)
-        q /= np.float64(np.float32(self.x_scale))
+        # the quantized model's QuantizeLinear divides in float32 (eq. (2)): a float64
+        # quotient rounds differently where the float32 one lands on a tie. In place on
+        # one float32 copy (an activation of millions of entries); the codes, zero point
+        # and bounds are integers float32 holds exactly.
+        q = np.divide(x, np.float32(self.x_scale), dtype=np.float32)
         np.rint(q, out=q)
-        q += self.x_zero
+        q += np.float32(self.x_zero)
         np.clip(q, qmin, qmax, out=q)
         if qmax - qmin <= 255:
-            q -= qmin
+            q -= np.float32(qmin)
             return q.astype(np.uint8), self.x_zero - qmin
-        return q, self.x_zero
+        return q.astype(np.float64), self.x_zero
 
     def _half(self, rows: int, bound: int) -> int:
         """Count one call of ``rows`` rows whose Gram entries are at most ``bound`` and

@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import quanta
+from quanta.kernels.reference.quantize import quantize_linear
 from quanta.quantize.recipe import RecipeError
 from quanta.quantize.rounding import HessianAccumulator, RoundedLayer, gptq_round
 from tests.ort_int8 import WEIGHT_BITS
@@ -41,6 +42,39 @@ def test_gptq_beats_nearest_rounding_on_held_out_inputs():
         return float(np.sum((ref - x @ (codes * s[:, None]).T) ** 2))
 
     assert err(q) < 0.8 * err(nearest)
+
+
+@pytest.mark.parametrize(
+    "qrange, storage, step", [((0, 255), np.uint8, 2.3e-5), ((-32768, 32767), np.int16, 1.5e-4)]
+)
+def test_the_layers_codes_are_the_models_quantize_linear_at_float32_ties(qrange, storage, step):
+    """Eq. (12d) sees x as the quantized model's QuantizeLinear makes it, which divides in
+    float32: where x / s rounds to a tie in float32 but not in float64 the two differ.
+    x spans the unclipped codes (uint8: [0, 23] / 0.1 + 7; int16: ±1500 + 7)."""
+    scale, zp = np.float32(0.1), 7
+    lo = 0 if qrange[0] == 0 else -1_000_000
+    x = (np.arange(lo, 1_000_000, dtype=np.float64) * step).astype(np.float32)
+    q32 = x / scale
+    q64 = x.astype(np.float64) / np.float64(scale)
+    ties = (q32 == np.floor(q32) + 0.5) & (q64 != q32)
+    assert ties.sum() > 10 and np.any(np.rint(q32[ties]) != np.rint(q64[ties]))  # the case exists
+    w = np.ones((1, 1), np.float32)
+    node = helper.make_node("MatMul", ["x", "w"], ["y"])
+    from quanta.ir.onnx_io import from_proto
+
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [x.size, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")],
+    )
+    n = from_proto(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])).graph.nodes[0]
+    layer = RoundedLayer(n, "x", "w", w)
+    layer.set_input(float(scale), zp, *qrange)
+    c, o = layer._codes(x)
+    want = quantize_linear(x, scale, storage(zp)).astype(np.int64)
+    np.testing.assert_array_equal(c.astype(np.int64) - o, want - zp)
 
 
 @pytest.mark.parametrize(
@@ -76,7 +110,8 @@ def test_a_conv_sees_its_inputs_as_im2col_rows_in_the_weight_order(c, qrange, zp
     layer.observe(x)
     # the rows built independently: every window of the padded input, in (c, i, j) order,
     # of x's integers with the zero point removed (eq. (12d)); zero padding is 0 there
-    xi = np.clip(np.rint(x.astype(np.float64) / np.float64(np.float32(scale))) + zp, *qrange) - zp
+    storage = {(0, 255): np.uint8, (-128, 127): np.int8, (-32768, 32767): np.int16}[qrange]
+    xi = quantize_linear(x, np.float32(scale), storage(zp)).astype(np.int64) - zp  # the model's Q
     assert np.abs(xi).max() > 50 and np.any(xi == qrange[0] - zp)  # the clamp is reached
     xp = np.pad(xi, ((0, 0), (0, 0), (1, 1), (0, 1)))
     win = np.lib.stride_tricks.sliding_window_view(xp, (3, 2), axis=(2, 3))[:, :, ::2, ::1]
