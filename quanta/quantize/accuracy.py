@@ -56,6 +56,7 @@ __all__ = [
     "int8_share",
     "margin_noise",
     "noise_for_agreement",
+    "run_outputs",
     "widenable",
 ]
 
@@ -187,7 +188,12 @@ class AccuracyReport:
 # ------------------------------------------------------------------------------ metrics
 
 
-def _outputs(path: Any, feeds: Sequence[dict[str, np.ndarray]], engine: Any = None) -> list[list[np.ndarray]]:
+def run_outputs(
+    path: Any, feeds: Sequence[dict[str, np.ndarray]], engine: Any = None
+) -> list[list[np.ndarray]]:
+    """Per feed, the outputs of the model file at ``path`` run by quanta (through the
+    installed session hook; ``engine``: a quanta.scale engine the feeds are sharded over,
+    or None for this process)."""
     return _HOOKS["outputs"](path, feeds, engine=engine)
 
 
@@ -599,15 +605,15 @@ def search(
             onnx.save(proto, src)
         callable_metric = not isinstance(metric, str)
         # a callable metric reads the quantized file, not FP32 outputs: no references
-        ref_search = [] if callable_metric else _outputs(str(src), search_feeds, engine)
-        ref_confirm = [] if callable_metric else _outputs(str(src), confirm_feeds, engine)
+        ref_search = [] if callable_metric else run_outputs(str(src), search_feeds, engine)
+        ref_confirm = [] if callable_metric else run_outputs(str(src), confirm_feeds, engine)
         if metric == "top1_agreement":
             evaluate_metric(metric, ref_search, ref_search)  # NoClassAxis before any trial
         # eq. (11b) weighs the noise against the FP32 margins of every feed: the FP32
         # outputs depend on no trial, so the calibration part's count as unseen rows too
         margin_rows: list[list[np.ndarray]] | None = None
         if metric == "top1_agreement" and target.estimate:
-            margin_rows = _outputs(str(src), calib, engine) + ref_search
+            margin_rows = run_outputs(str(src), calib, engine) + ref_search
             if confirm_feeds is not search_feeds:
                 margin_rows += ref_confirm
         evaluations = 0
@@ -634,7 +640,7 @@ def search(
             evaluations += 1
             if not isinstance(metric, str):
                 return float(metric(path)), path, summary
-            got = _outputs(path, feeds_in or search_feeds, engine)
+            got = run_outputs(path, feeds_in or search_feeds, engine)
             measured[path] = evaluate_metric(metric, feeds_ref or ref_search, got)
             if metric == "top1_agreement":
                 noise[path] = margin_noise(feeds_ref or ref_search, got)
@@ -657,7 +663,7 @@ def search(
             if not isinstance(metric, str) or confirm_feeds is search_feeds:
                 confirmed_measured = measured.get(path)
                 return value
-            got = _outputs(path, confirm_feeds, engine)
+            got = run_outputs(path, confirm_feeds, engine)
             confirmed_measured = evaluate_metric(metric, ref_confirm, got)
             return score(ref_confirm, got)
 

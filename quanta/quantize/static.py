@@ -725,7 +725,7 @@ def quantize_static(
 
     range_choice = None
     if any(ranges[k] != v for k, v in minmax.items()):
-        from quanta.quantize.accuracy import _outputs as run_file
+        from quanta.quantize.accuracy import run_outputs as run_file
 
         if not choice_feeds:
             choice_feeds = list(
@@ -822,7 +822,7 @@ def _wider_if_better(
     files and the float model on the held-out calibration feeds, and keep the 16-bit file
     when it gains WIDE_MARGIN_DB. Returns the summary of the file kept, with a note saying
     what was measured."""
-    from quanta.quantize.accuracy import _outputs as run_file
+    from quanta.quantize.accuracy import run_outputs as run_file
     from quanta.quantize.range_choice import mean_sqnr_db
 
     # eq. (24)'s held-out feeds: the odd ones of the first 2 * FEEDS
