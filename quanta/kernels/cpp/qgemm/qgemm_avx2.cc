@@ -27,6 +27,7 @@
 
 #include "qgemm/fold.h"
 #include "qgemm/kernel.h"
+#include "requant_avx2.h"
 #include "simd.h"
 
 namespace quanta {
@@ -38,12 +39,6 @@ constexpr int kNR = L::kNR;
 constexpr int kKR = L::kKR;
 static_assert(kNR == 16 && kKR == 2 && sizeof(L::WeightStorage) == 1 && sizeof(L::ActivationStorage) == 2,
               "the tile below is written for 2 ymm x 2 k, int8 weights, int16 x'");
-
-inline void store_q8(__m256i q, bool y_signed, void* dst) {
-  const __m128i p16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
-  const __m128i p8 = y_signed ? _mm_packs_epi16(p16, p16) : _mm_packus_epi16(p16, p16);
-  _mm_storel_epi64(static_cast<__m128i*>(dst), p8);  // q is in range: the packs are exact
-}
 
 inline __m256 row_or_column_multiplier(const Epilogue& e, int64_t m, int64_t n) {
   return e.mult_row ? _mm256_set1_ps(e.mult_row[m]) : _mm256_loadu_ps(e.multiplier + n);
@@ -66,21 +61,14 @@ inline void finish_vector(__m256i v, const Epilogue& e, int64_t m, int64_t n, in
         return;
       }
       case EpiKind::kQ8Float: {
-        __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(v), row_or_column_multiplier(e, m, n));
-        f = _mm256_min_ps(_mm256_max_ps(f, _mm256_set1_ps(e.lo_minus_zy)), _mm256_set1_ps(e.hi_minus_zy));
-        f = _mm256_round_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        __m256i q = _mm256_add_epi32(_mm256_cvttps_epi32(f), _mm256_set1_epi32(e.zy));
+        __m256i q = avx2::requant_q8(v, row_or_column_multiplier(e, m, n), e.lo_minus_zy, e.hi_minus_zy, e.zy);
         if (e.post_k) {  // the second affine stage (qgemm.h post_k), as kernel.h post_stage
           __m256 g = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(e.post_r1), _mm256_loadu_ps(e.post_k + n));
           g = _mm256_fmadd_ps(_mm256_loadu_ps(e.post_u + n), _mm256_set1_ps(e.post_r2), g);
           g = _mm256_min_ps(_mm256_max_ps(g, _mm256_set1_ps(e.post_lo)), _mm256_set1_ps(e.post_hi));
           q = _mm256_cvttps_epi32(_mm256_round_ps(g, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         }
-        if (e.y_signed) {
-          store_q8(q, true, static_cast<int8_t*>(e.y) + at);
-        } else {
-          store_q8(q, false, static_cast<uint8_t*>(e.y) + at);
-        }
+        avx2::store_q8(q, e.y_signed, static_cast<uint8_t*>(e.y) + at);
         return;
       }
       case EpiKind::kQ8Fixed: break;
