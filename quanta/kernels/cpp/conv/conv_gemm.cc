@@ -594,7 +594,11 @@ void QConv::plan_im2col(const ConvArgs& a, const Geometry& geo, Plan& pl) const 
   const int64_t max_rows = std::max<int64_t>(kMinChunkRows, kChunkBytes / std::max<int64_t>(1, row_bytes));
   const int64_t target = std::max(div_up(pl.rows, max_rows),
                                   std::min(int64_t{pl.threads} * kUnitsPerThread, div_up(pl.rows, kMinChunkRows)));
-  pl.chunk_rows = std::max<int64_t>(1, round_up(div_up(pl.rows, std::max<int64_t>(1, target)), 8));
+  // Whole register tiles per chunk: avx2's 6-row tile would otherwise end every chunk of
+  // 8·j rows with a short tile (56 rows = 9 x 6 + 2: the 2-row tile runs the k-loop of a
+  // 6-row one at a third of its products); avx512vnni keeps multiples of 8.
+  const int64_t row_step = isa_ == Isa::kAvx2 ? qgemm::kernel_family(*packed_[0]).mr : 8;
+  pl.chunk_rows = std::max<int64_t>(1, round_up(div_up(pl.rows, std::max<int64_t>(1, target)), row_step));
   pl.n_chunks = div_up(pl.rows, pl.chunk_rows);
   pl.units = pl.n_chunks * group_;
   pl.parallel_units = pl.threads == 1 || pl.units >= 2 * int64_t{pl.threads};
