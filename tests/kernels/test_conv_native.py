@@ -848,6 +848,30 @@ def test_gemm_paths_channels_last(x_shape, w_shape, attrs, why, x_dtype):
     check_nhwc(random_case(rng, x_shape, w_shape, x_dtype=x_dtype, **attrs))
 
 
+# avx2, 8-bit weights, im2col + the int16 family: full 16-column panels take the tile's
+# inline output stage (16 outputs a row, one store), a partial last panel finish_vector;
+# chunks are whole 6-row tiles, and units too few for the threads are one chunk (qgemm
+# splits N). (x shape NCHW, w shape, attrs, why)
+AVX2_GEMM = [
+    ((1, 243, 10, 4), (37, 243, 3, 3), {"pads": [1, 1, 1, 1]}, "40 rows, K = 2187, 37 outputs: one chunk"),
+    ((1, 32, 19, 17), (48, 32, 3, 3), {"pads": [1, 1, 1, 1]}, "323 rows: 6-row chunks, 3 full panels"),
+    ((1, 64, 14, 14), (67, 64, 1, 1), {}, "1x1: 196 rows read in place (channels_last), 67 outputs"),
+    ((2, 17, 9, 11), (32, 17, 1, 1), {"strides": [2, 2]}, "1x1 stride 2, 17 channels, 2 images"),
+]
+
+
+@pytest.mark.parametrize(("x_shape", "w_shape", "attrs", "why"), AVX2_GEMM, ids=[g[3] for g in AVX2_GEMM])
+@pytest.mark.parametrize("y_dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_avx2_int16_gemm_output_stage(x_shape, w_shape, attrs, why, y_dtype, per_channel):
+    del why  # the test id
+    rng = np.random.default_rng(x_shape[1] * 41 + w_shape[0])
+    # per_channel False: one zero point (nonzero: the Σx' fold) and one scale
+    case = random_case(rng, x_shape, w_shape, y_dtype=y_dtype, per_channel=per_channel, **attrs)
+    check(case, ops=("qlinear",))
+    check_nhwc(case, ops=("qlinear",))
+
+
 # channels_last, uint8 x, pads, one group, no Σx' term (symmetric weights): "border mode"
 # of the implicit path (kernels.h Plan): interior pixels read x in place, the others a
 # copy of their window (a strip per border output row, a patch per pixel whose window

@@ -592,9 +592,18 @@ void QConv::plan_im2col(const ConvArgs& a, const Geometry& geo, Plan& pl) const 
   pl.rows = geo.N * geo.OH * geo.OW;
   const int64_t row_bytes = (pl.direct ? 0 : Kp_) + Mg * ob;
   const int64_t max_rows = std::max<int64_t>(kMinChunkRows, kChunkBytes / std::max<int64_t>(1, row_bytes));
-  const int64_t target = std::max(div_up(pl.rows, max_rows),
-                                  std::min(int64_t{pl.threads} * kUnitsPerThread, div_up(pl.rows, kMinChunkRows)));
-  pl.chunk_rows = std::max<int64_t>(1, round_up(div_up(pl.rows, std::max<int64_t>(1, target)), 8));
+  int64_t target = std::max(div_up(pl.rows, max_rows),
+                            std::min(int64_t{pl.threads} * kUnitsPerThread, div_up(pl.rows, kMinChunkRows)));
+  // Units too few to run in parallel (fewer than 2 per thread: qgemm splits N instead)
+  // are chunks for the L2 budget only: each re-reads all of B and is a job of the pool of
+  // its own. A late ResNet layer has few pixels and large weights (3x3 243 -> 243 at
+  // 10x4: 40 rows and 532 KB of B were two calls of 24 and 16 rows on 2 threads).
+  if (pl.threads > 1 && target * group_ < 2 * int64_t{pl.threads}) target = div_up(pl.rows, max_rows);
+  // Whole register tiles per chunk: avx2's 6-row tile would otherwise end every chunk of
+  // 8·j rows with a short tile (56 rows = 9 x 6 + 2: the 2-row tile runs the k-loop of a
+  // 6-row one at a third of its products); avx512vnni keeps multiples of 8.
+  const int64_t row_step = isa_ == Isa::kAvx2 ? qgemm::kernel_family(*packed_[0]).mr : 8;
+  pl.chunk_rows = std::max<int64_t>(1, round_up(div_up(pl.rows, std::max<int64_t>(1, target)), row_step));
   pl.n_chunks = div_up(pl.rows, pl.chunk_rows);
   pl.units = pl.n_chunks * group_;
   pl.parallel_units = pl.threads == 1 || pl.units >= 2 * int64_t{pl.threads};

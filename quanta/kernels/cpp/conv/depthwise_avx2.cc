@@ -38,6 +38,7 @@
 #include <cstring>
 
 #include "conv/kernels.h"
+#include "requant_avx2.h"
 
 namespace quanta {
 namespace conv {
@@ -67,6 +68,10 @@ inline __m256i gather4(const uint8_t* src, const Gather& g, bool last_group, con
   return _mm256_cvtepu8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(tmp)));
 }
 
+inline __m256i requant(__m256i acc, const DepthwiseRows& a) {
+  return avx2::requant_q8(acc, _mm256_set1_ps(a.multiplier), a.lo_minus_zy, a.hi_minus_zy, a.zy);
+}
+
 inline void finish(__m256i acc, const DepthwiseRows& a, int64_t at, int valid) {
   if (a.out_type == OutType::kS32) {
     if (valid >= 8) {
@@ -78,21 +83,7 @@ inline void finish(__m256i acc, const DepthwiseRows& a, int64_t at, int valid) {
     }
     return;
   }
-  __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), _mm256_set1_ps(a.multiplier));
-  f = _mm256_min_ps(_mm256_max_ps(f, _mm256_set1_ps(a.lo_minus_zy)), _mm256_set1_ps(a.hi_minus_zy));
-  f = _mm256_round_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m256i q = _mm256_add_epi32(_mm256_cvttps_epi32(f), _mm256_set1_epi32(a.zy));
-  // q is in range: the packs are exact
-  const __m128i p16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
-  const __m128i p8 = a.out_type == OutType::kS8 ? _mm_packs_epi16(p16, p16) : _mm_packus_epi16(p16, p16);
-  uint8_t* dst = static_cast<uint8_t*>(a.y) + at;
-  if (valid >= 8) {
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), p8);
-  } else {
-    alignas(16) uint8_t tmp[16];
-    _mm_store_si128(reinterpret_cast<__m128i*>(tmp), p8);
-    std::memcpy(dst, tmp, static_cast<size_t>(valid));
-  }
+  avx2::store_q8(requant(acc, a), a.out_type == OutType::kS8, static_cast<uint8_t*>(a.y) + at, valid);
 }
 
 template <bool kZw, bool kFast>
@@ -135,13 +126,6 @@ void rows_impl(const DepthwiseRows& a) {
       finish(v, a, oy * a.y_stride + ox0, static_cast<int>(left < 8 ? left : 8));
     }
   }
-}
-
-inline __m256i requant(__m256i acc, const DepthwiseRows& a) {
-  __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), _mm256_set1_ps(a.multiplier));
-  f = _mm256_min_ps(_mm256_max_ps(f, _mm256_set1_ps(a.lo_minus_zy)), _mm256_set1_ps(a.hi_minus_zy));
-  f = _mm256_round_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  return _mm256_add_epi32(_mm256_cvttps_epi32(f), _mm256_set1_epi32(a.zy));
 }
 
 // 16 outputs at y + at (valid of them): acc0 / acc1 hold pixels 0..7 / 8..15 (kInterleaved

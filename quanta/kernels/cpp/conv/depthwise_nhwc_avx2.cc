@@ -20,16 +20,14 @@
 #include <cstring>
 
 #include "conv/kernels.h"
+#include "requant_avx2.h"
 
 namespace quanta {
 namespace conv {
 namespace {
 
 inline __m256i requant8(__m256i acc, const float* mult, const DepthwiseNhwc& a) {
-  __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), _mm256_loadu_ps(mult));
-  f = _mm256_min_ps(_mm256_max_ps(f, _mm256_set1_ps(a.lo_minus_zy)), _mm256_set1_ps(a.hi_minus_zy));
-  f = _mm256_round_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  return _mm256_add_epi32(_mm256_cvttps_epi32(f), _mm256_set1_epi32(a.zy));
+  return avx2::requant_q8(acc, _mm256_loadu_ps(mult), a.lo_minus_zy, a.hi_minus_zy, a.zy);
 }
 
 // channels [c0, c0 + n) (n <= 16) of one pixel; x rows p[t] + x_off

@@ -23,6 +23,7 @@
 #include <cstring>
 
 #include "conv/kernels.h"
+#include "requant_avx2.h"
 
 namespace quanta {
 namespace conv {
@@ -46,20 +47,8 @@ inline void store8(const DirectRow& a, __m256i v, int64_t b, void* y, int n) {
     }
     return;
   }
-  __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_loadu_ps(a.multiplier + 8 * b));
-  f = _mm256_min_ps(_mm256_max_ps(f, _mm256_set1_ps(a.lo_minus_zy)), _mm256_set1_ps(a.hi_minus_zy));
-  f = _mm256_round_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m256i q = _mm256_add_epi32(_mm256_cvttps_epi32(f), _mm256_set1_epi32(a.zy));
-  // q is in the output's range: the packs are exact
-  const __m128i p16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
-  const __m128i p8 = a.out_type == OutType::kS8 ? _mm_packs_epi16(p16, p16) : _mm_packus_epi16(p16, p16);
-  if (n >= 8) {
-    _mm_storel_epi64(static_cast<__m128i*>(y), p8);
-  } else {
-    alignas(16) uint8_t tmp[16];
-    _mm_store_si128(reinterpret_cast<__m128i*>(tmp), p8);
-    std::memcpy(y, tmp, static_cast<size_t>(n));
-  }
+  const __m256i q = avx2::requant_q8(v, _mm256_loadu_ps(a.multiplier + 8 * b), a.lo_minus_zy, a.hi_minus_zy, a.zy);
+  avx2::store_q8(q, a.out_type == OutType::kS8, y, n);
 }
 
 template <int MB, int NP>
