@@ -490,6 +490,13 @@ def test_lut8_channels_every_variant(isa, vbmi, dtype) -> None:
             ((1, 512), 1),
             ((8, 130), 1),
             ((9, 130), 1),
+            # channels last after a convolution (a BatchNormalization between Q/DQ): 16,
+            # 3, 7 and 10 channels, totals that leave 0, 15, 2 and 12 elements after the
+            # 16-element gather steps (the tail looks up through the same offsets)
+            ((1, 21, 33, 16), 3),
+            ((37, 3), 1),
+            ((2, 11, 13, 7), 3),
+            ((1, 6, 5, 9, 10), 4),
         ]:
             x = rng.integers(0, 256, shape).astype(np.uint8).view(dtype)
             tables = np.stack([rng.permutation(256) for _ in range(shape[axis])]).astype(np.uint8).view(dtype)

@@ -205,8 +205,8 @@ void lut_u8_channels(const uint8_t* x, uint8_t* y, int64_t outer, int64_t channe
   const LutFn lut = isa == Isa::kAvx512Vnni && avx512vbmi_active() ? lut_avx512vbmi : kernels_for(isa).lut;
   if (inner < 16) {
     // channels innermost (a channels-last tensor: inner = 1) or nearly: runs too short for
-    // the run kernel. Rows of channels · inner elements; AVX-512 gathers 16 at a time with
-    // a per-element table offset, the other ISAs look each element up.
+    // the run kernel. Rows of channels · inner elements; AVX-512 and AVX2 gather 16 at a
+    // time with a per-element table offset, the portable ISA looks each element up.
     const int64_t row = channels * inner;
     const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(row, 1));
     // The gather's setup (a per-element offset table of lcm(row, 16) entries and a padded
@@ -214,7 +214,8 @@ void lut_u8_channels(const uint8_t* x, uint8_t* y, int64_t outer, int64_t channe
     // a time: at most kFewRows rows take the plain loop (DTLN's [1, 1, 257] and [1, 512]
     // gates: ~16 us of setup for 257-512 lookups).
     constexpr int64_t kFewRows = 8;
-    if (isa == Isa::kAvx512Vnni && outer > kFewRows) {
+    if ((isa == Isa::kAvx512Vnni || isa == Isa::kAvx2) && outer > kFewRows) {
+      const auto gather = isa == Isa::kAvx512Vnni ? lut_channels_last_avx512 : lut_channels_last_avx2;
       const int64_t period = std::lcm(row, int64_t{16});
       std::vector<int32_t> offsets(period + 16);
       for (int64_t j = 0; j < period + 16; ++j) offsets[j] = static_cast<int32_t>((j % row) / inner * 256);
@@ -222,8 +223,8 @@ void lut_u8_channels(const uint8_t* x, uint8_t* y, int64_t outer, int64_t channe
       std::memcpy(padded.data(), tables, channels * 256);
       for_ranges(num_threads, outer, grain, [&](int64_t begin, int64_t end) {
         // row r starts at element r·row, so at offset index (r·row) mod period
-        lut_channels_last_avx512(x + begin * row, y + begin * row, (end - begin) * row, (begin * row) % period,
-                                 offsets.data(), period, padded.data());
+        gather(x + begin * row, y + begin * row, (end - begin) * row, (begin * row) % period, offsets.data(), period,
+               padded.data());
       });
       return;
     }

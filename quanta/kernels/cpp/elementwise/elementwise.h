@@ -110,6 +110,9 @@ void lut_avx512vbmi(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* tabl
 // lut_u8_channels prepares `offsets` and `padded`).
 void lut_channels_last_avx512(const uint8_t* x, uint8_t* y, int64_t n, int64_t j0, const int32_t* offsets,
                               int64_t period, const uint8_t* padded);
+// the same with AVX2's vpgatherdd, 16 elements a step (elementwise_avx2.cc)
+void lut_channels_last_avx2(const uint8_t* x, uint8_t* y, int64_t n, int64_t j0, const int32_t* offsets, int64_t period,
+                            const uint8_t* padded);
 
 extern const Kernels kKernelsPortable;
 extern const Kernels kKernelsAvx2;
