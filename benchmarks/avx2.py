@@ -45,6 +45,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import ort_avx2  # noqa: E402
+from _timing import fastest_calls  # noqa: E402
 
 ort = ort_avx2.load()  # before quanta (or anything else) imports the stock package
 
@@ -89,27 +90,6 @@ def alternate_medians(fns: dict[str, Callable[[], object]], budget_s: float) -> 
                 if now >= block_end:
                     break
     return {k: float(np.median(v)) for k, v in times.items()}
-
-
-def fastest_calls(fns: dict[str, Callable[[], object]], budget_s: float, threads: int) -> dict[str, float]:
-    """The fastest single call of each callable, the callables interleaved call by call
-    (``--fastest``): with one thread timed in thread CPU time, so that the time the OS
-    gives other processes on a shared machine is not counted (both engines run a
-    one-thread call on the calling thread); with more, wall time."""
-    clock = time.thread_time if threads == 1 else time.perf_counter
-    for fn in fns.values():
-        fn()
-        fn()
-    best = {k: float("inf") for k in fns}
-    calls = 0
-    end = time.perf_counter() + budget_s * len(fns)
-    while time.perf_counter() < end or calls < 10:
-        for name, fn in fns.items():
-            t = clock()
-            fn()
-            best[name] = min(best[name], clock() - t)
-        calls += 1
-    return best
 
 
 def _timer(

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import conv  # benchmarks/conv.py: Problem and both engines' one-node runs
+from _timing import fastest_calls
 
 # (name, count in the model, N, C, H, W, M, k, stride); k = 1 has no pads, k > 1 pads k // 2
 LAYERS: dict[str, list[tuple[str, int, int, int, int, int, int, int, int]]] = {
@@ -79,22 +78,6 @@ def problem(N: int, C: int, H: int, W: int, M: int, k: int, stride: int) -> conv
     return p
 
 
-def fastest(fns: dict[str, Callable[[], object]], budget_s: float, threads: int) -> dict[str, float]:
-    clock = time.thread_time if threads == 1 else time.perf_counter
-    for fn in fns.values():
-        fn()
-        fn()
-    best = {k: float("inf") for k in fns}
-    end, calls = time.perf_counter() + budget_s * len(fns), 0
-    while time.perf_counter() < end or calls < 8:
-        for name, fn in fns.items():
-            t = clock()
-            fn()
-            best[name] = min(best[name], clock() - t)
-        calls += 1
-    return best
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", choices=sorted(LAYERS), default="open_nsfw")
@@ -108,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         p = problem(*shape)
         q, kernel = conv._quanta(p, "QLinearConv", args.threads, nhwc)
         o = conv._ort_session(p, "QLinearConv", args.threads, nhwc)
-        t = fastest({"quanta": q, "ort": o}, args.budget, args.threads)
+        t = fastest_calls({"quanta": q, "ort": o}, args.budget, args.threads)
         total_q += count * t["quanta"]
         total_o += count * t["ort"]
         print(
