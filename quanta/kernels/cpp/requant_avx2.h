@@ -52,13 +52,29 @@ inline void store_q8(__m256i q, bool y_signed, void* dst, int n = 8) {
   }
 }
 
-// 16 lanes (q0: lanes 0-7, q1: 8-15, each in the output's range) to dst as bytes, in lane
-// order: one vpackssdw of both (128-bit lanes: 0-3 8-11 | 4-7 12-15), vpermq back to lane
-// order, one pack to bytes, one 16-byte store
-inline void store_q8x16(__m256i q0, __m256i q1, bool y_signed, void* dst) {
+// 16 lanes (q0: lanes 0-7, q1: 8-15, each in the output's range) as bytes in lane order:
+// one vpackssdw of both (128-bit lanes: 0-3 8-11 | 4-7 12-15), vpermq back to lane order,
+// one pack to bytes
+inline __m128i pack_q8x16(__m256i q0, __m256i q1, bool y_signed) {
   const __m256i p16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);
   const __m128i l = _mm256_castsi256_si128(p16), h = _mm256_extracti128_si256(p16, 1);
-  _mm_storeu_si128(static_cast<__m128i*>(dst), y_signed ? _mm_packs_epi16(l, h) : _mm_packus_epi16(l, h));
+  return y_signed ? _mm_packs_epi16(l, h) : _mm_packus_epi16(l, h);
+}
+
+// bytes [0, n) of p8 to dst (one 16-byte store when n >= 16)
+inline void store_bytes16(__m128i p8, void* dst, int64_t n = 16) {
+  if (n >= 16) {
+    _mm_storeu_si128(static_cast<__m128i*>(dst), p8);
+  } else {
+    alignas(16) uint8_t tmp[16];
+    _mm_store_si128(reinterpret_cast<__m128i*>(tmp), p8);
+    std::memcpy(dst, tmp, static_cast<size_t>(n));
+  }
+}
+
+// lanes [0, n) of q0 | q1 to dst as bytes
+inline void store_q8x16(__m256i q0, __m256i q1, bool y_signed, void* dst, int64_t n = 16) {
+  store_bytes16(pack_q8x16(q0, q1, y_signed), dst, n);
 }
 
 }  // namespace

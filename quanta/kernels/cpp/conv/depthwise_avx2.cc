@@ -148,28 +148,20 @@ inline void finish16(__m256i acc0, __m256i acc1, const DepthwiseRows& a, int64_t
     return;
   }
   // q is in the output's range: the packs are exact
-  const __m256i p16 = _mm256_packs_epi32(requant(acc0, a), requant(acc1, a));
+  const __m256i q0 = requant(acc0, a), q1 = requant(acc1, a);
+  const bool y_signed = a.out_type == OutType::kS8;
   __m128i p8;
   if (kInterleaved) {
     // lane 0: int16 of pixels 0 2 4 6 1 3 5 7, lane 1: 8 .. 15 alike
-    const __m256i b = a.out_type == OutType::kS8 ? _mm256_packs_epi16(p16, p16) : _mm256_packus_epi16(p16, p16);
+    const __m256i p16 = _mm256_packs_epi32(q0, q1);
+    const __m256i b = y_signed ? _mm256_packs_epi16(p16, p16) : _mm256_packus_epi16(p16, p16);
     const __m256i order = _mm256_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15, 0, 4, 1, 5, 2, 6, 3, 7,
                                            8, 12, 9, 13, 10, 14, 11, 15);
     p8 = _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_shuffle_epi8(b, order), 0x08));
   } else {
-    // (0-3, 8-11 | 4-7, 12-15) -> pixel order
-    const __m256i v = _mm256_permute4x64_epi64(p16, 0xD8);
-    const __m128i l = _mm256_castsi256_si128(v), h = _mm256_extracti128_si256(v, 1);
-    p8 = a.out_type == OutType::kS8 ? _mm_packs_epi16(l, h) : _mm_packus_epi16(l, h);
+    p8 = avx2::pack_q8x16(q0, q1, y_signed);  // (0-3, 8-11 | 4-7, 12-15) -> pixel order
   }
-  uint8_t* dst = static_cast<uint8_t*>(a.y) + at;
-  if (valid >= 16) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), p8);
-  } else {
-    alignas(16) uint8_t tmp[16];
-    _mm_store_si128(reinterpret_cast<__m128i*>(tmp), p8);
-    std::memcpy(dst, tmp, static_cast<size_t>(valid));
-  }
+  avx2::store_bytes16(p8, static_cast<uint8_t*>(a.y) + at, valid);
 }
 
 // Rows [0, in_rows) of xpad' widened to int16, `width` elements each (kernels.h "Direct

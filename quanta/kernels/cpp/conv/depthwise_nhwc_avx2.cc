@@ -75,18 +75,7 @@ inline void block16(const DepthwiseNhwc& a, const uint8_t* const* p, int64_t x_o
     return;
   }
   const __m256i q0 = requant8(acc0, a.multiplier + c0, a), q1 = requant8(acc1, a.multiplier + c0 + 8, a);
-  // packs in 128-bit lanes: (0-3, 8-11 | 4-7, 12-15) -> vpermq restores channel order;
-  // q is in the output's range, so the packs are exact
-  const __m256i p16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);
-  const __m128i l = _mm256_castsi256_si128(p16), h = _mm256_extracti128_si256(p16, 1);
-  const __m128i p8 = a.out_type == OutType::kS8 ? _mm_packs_epi16(l, h) : _mm_packus_epi16(l, h);
-  if (n == 16) {
-    _mm_storeu_si128(static_cast<__m128i*>(y), p8);
-  } else {
-    alignas(16) uint8_t tmp[16];
-    _mm_store_si128(reinterpret_cast<__m128i*>(tmp), p8);
-    std::memcpy(y, tmp, static_cast<size_t>(n));
-  }
+  avx2::store_q8x16(q0, q1, a.out_type == OutType::kS8, y, n);  // channel order, n bytes
 }
 
 template <bool kZw, bool kFlip, int kTaps>
