@@ -57,6 +57,12 @@ def time_file(path: Path, feed: Feed, rounds: int, per_round: int) -> dict[str, 
         sessions[f"o{threads}"] = ort.InferenceSession(str(path), oso, providers=["CPUExecutionProvider"])
     wall: dict[str, list[float]] = {k: [] for k in sessions}
     cpu: dict[str, list[float]] = {k: [] for k in sessions}
+    from quanta.kernels import _native
+
+    # quanta's pool runs a job on the caller alone while it backs off from contention
+    # (docs/kernels.md, "Threads"): the share of the 2-thread jobs it did so says whether
+    # a 2-thread row measured two threads at all.
+    jobs = solo = backoffs = 0
     for s in sessions.values():
         for _ in range(3):
             s.run(None, feed)
@@ -64,6 +70,7 @@ def time_file(path: Path, feed: Feed, rounds: int, per_round: int) -> dict[str, 
         for k, s in sessions.items():
             time.sleep(0.02)  # the other library's spinning pool goes idle
             w, c = [], []
+            before = _native.pool_stats()
             for _ in range(per_round):
                 t, tc = time.perf_counter(), time.thread_time()
                 s.run(None, feed)
@@ -71,8 +78,15 @@ def time_file(path: Path, feed: Feed, rounds: int, per_round: int) -> dict[str, 
                 c.append(time.thread_time() - tc)
             wall[k].append(float(np.median(w)))
             cpu[k].append(float(np.median(c)))
+            if k == "q2":
+                after = _native.pool_stats()
+                jobs += after["jobs"] - before["jobs"]
+                solo += after["solo_jobs"] - before["solo_jobs"]
+                backoffs += after["backoffs"] - before["backoffs"]
     out = {f"{k}_ms": 1e3 * float(np.median(v)) for k, v in wall.items()}
     out.update({f"{k}_cpu_ms": 1e3 * float(np.median(v)) for k, v in cpu.items()})
+    out["q2_solo_share"] = solo / jobs if jobs else 0.0
+    out["q2_backoffs"] = float(backoffs)
     return out
 
 
@@ -89,9 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     manifest = {m["name"]: m for m in json.loads((cache / "manifest.json").read_text())["models"]}
     rows = []
     print(
-        "| model | file | q 1t ms | ORT 1t ms | q/ORT 1t | q 2t ms | ORT 2t ms | q/ORT 2t | q2t/q1t | q/ORT 1t CPU |"
+        "| model | file | q 1t ms | ORT 1t ms | q/ORT 1t | q 2t ms | ORT 2t ms | q/ORT 2t | q2t/q1t | q/ORT 1t CPU | q 2t solo jobs |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name in args.models.split(","):
         entry = manifest[name]
         base = entry.get("source", name)
@@ -116,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"| {name} | {config} | {t['q1_ms']:.3f} | {t['o1_ms']:.3f} | {t['q1_ms'] / t['o1_ms']:.2f} "
                 f"| {t['q2_ms']:.3f} | {t['o2_ms']:.3f} | {t['q2_ms'] / t['o2_ms']:.2f} "
-                f"| {t['q2_ms'] / t['q1_ms']:.2f} | {t['q1_cpu_ms'] / t['o1_cpu_ms']:.2f} |",
+                f"| {t['q2_ms'] / t['q1_ms']:.2f} | {t['q1_cpu_ms'] / t['o1_cpu_ms']:.2f} "
+                f"| {100 * t['q2_solo_share']:.0f} % ({t['q2_backoffs']:.0f} back-offs) |",
                 flush=True,
             )
     if args.json:
