@@ -141,6 +141,10 @@ def vit_small():
 
 def hf(cls_name: str, cfg_name: str, **cfg: Any) -> Callable[[], Any]:
     def make():
+        # This script's folder is on sys.path and holds benchmarks/kernels.py, which
+        # transformers would take for Hugging Face's optional `kernels` package (found by
+        # find_spec, then imported by name): a None entry makes it absent.
+        sys.modules.setdefault("kernels", None)  # type: ignore[arg-type]
         import transformers
 
         return getattr(transformers, cls_name)(getattr(transformers, cfg_name)(**cfg)).eval()
