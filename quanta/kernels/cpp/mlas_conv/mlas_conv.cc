@@ -1,0 +1,116 @@
+// quanta::MlasConv driver (mlas_conv.h): im2col of one slice, the chains, MLAS's M = 1
+// order for one filter per group, the bias. Slices and groups are the units this kernel
+// threads over; the result of an output does not depend on which thread computes it.
+#include "mlas_conv/mlas_conv.h"
+
+#include <cmath>
+#include <vector>
+
+#include "qgemm/thread_pool.h"
+
+namespace quanta {
+namespace mlas_conv {
+
+void chains_portable(const float* a, int64_t lda, const float* b, int64_t ldb, float* y, int64_t ldy, int64_t rows,
+                     int64_t cn, int64_t k, int64_t sk) {
+  std::vector<float> acc(static_cast<size_t>(cn));
+  for (int64_t r = 0; r < rows; ++r) {
+    float* yr = y + r * ldy;
+    for (int64_t k0 = 0; k0 < k; k0 += sk) {
+      const int64_t k1 = k < k0 + sk ? k : k0 + sk;
+      for (int64_t n = 0; n < cn; ++n) acc[n] = 0.0f;
+      for (int64_t kk = k0; kk < k1; ++kk) {
+        const float av = a[r * lda + kk];
+        const float* bk = b + kk * ldb;
+        for (int64_t n = 0; n < cn; ++n) acc[n] = std::fma(av, bk[n], acc[n]);
+      }
+      if (k0 == 0) {
+        for (int64_t n = 0; n < cn; ++n) yr[n] = acc[n];
+      } else {
+        for (int64_t n = 0; n < cn; ++n) yr[n] = yr[n] + acc[n];
+      }
+    }
+  }
+}
+
+namespace {
+
+// (MC1) rows [0, K) for columns [n0, n0 + cn) into cols [K, cn].
+void im2col(const float* x, const Geometry& g, int64_t n0, int64_t cn, float* cols) {
+  const int64_t k = g.c * g.kh * g.kw;
+  for (int64_t kk = 0; kk < k; ++kk) {
+    const int64_t c = kk / (g.kh * g.kw), i = (kk / g.kw) % g.kh, j = kk % g.kw;
+    const float* xc = x + c * g.h * g.w;
+    float* row = cols + kk * cn;
+    for (int64_t t = 0; t < cn; ++t) {
+      const int64_t n = n0 + t, oy = n / g.ow, ox = n % g.ow;
+      const int64_t iy = oy * g.sh - g.pt + i * g.dh, ix = ox * g.sw - g.pl + j * g.dw;
+      row[t] = (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) ? xc[iy * g.w + ix] : 0.0f;
+    }
+  }
+}
+
+// (MC5): SgemmKernelM1Avx's vmulps / vaddps order.
+void chain_m1(const float* a, const float* cols, int64_t k, int64_t cn, float* y) {
+  for (int64_t n = 0; n < cn; ++n) y[n] = 0.0f;
+  int64_t kk = 0;
+  for (; kk + 4 <= k; kk += 4) {
+    const float* b0 = cols + kk * cn;
+    for (int64_t n = 0; n < cn; ++n) {
+      float t = a[kk] * b0[n];
+      t = t + a[kk + 1] * b0[cn + n];
+      t = t + a[kk + 2] * b0[2 * cn + n];
+      t = t + a[kk + 3] * b0[3 * cn + n];
+      y[n] = t + y[n];
+    }
+  }
+  if (k - kk >= 2) {
+    const float* b0 = cols + kk * cn;
+    for (int64_t n = 0; n < cn; ++n) y[n] = (a[kk] * b0[n] + a[kk + 1] * b0[cn + n]) + y[n];
+    kk += 2;
+  }
+  if (k - kk == 1) {
+    const float* b0 = cols + kk * cn;
+    for (int64_t n = 0; n < cn; ++n) y[n] = a[kk] * b0[n] + y[n];
+  }
+}
+
+}  // namespace
+
+void conv_f32(const float* x, const float* w, const float* bias, float* y, const Geometry& g, const int64_t* slices,
+              int64_t n_slices, int num_threads, bool use_avx2) {
+  const int64_t k = g.c * g.kh * g.kw, n_out = g.oh * g.ow;
+  const int64_t units = g.batch * g.group * n_slices;
+  auto body = [&](int64_t u, int) {
+    const int64_t s = u % n_slices, bg = u / n_slices, grp = bg % g.group, img = bg / g.group;
+    const int64_t n0 = slices[3 * s], cn = slices[3 * s + 1], sk = slices[3 * s + 2];
+    thread_local std::vector<float> cols;
+    cols.resize(static_cast<size_t>(k * cn));
+    const float* xg = x + (img * g.group + grp) * g.c * g.h * g.w;
+    im2col(xg, g, n0, cn, cols.data());
+    const float* a = w + grp * g.f * k;
+    float* yg = y + (img * g.group + grp) * g.f * n_out + n0;
+    if (g.f == 1) {
+      chain_m1(a, cols.data(), k, cn, yg);
+    } else if (use_avx2) {
+      chains_avx2(a, k, cols.data(), cn, yg, n_out, g.f, cn, k, sk);
+    } else {
+      chains_portable(a, k, cols.data(), cn, yg, n_out, g.f, cn, k, sk);
+    }
+    if (bias != nullptr) {
+      for (int64_t f = 0; f < g.f; ++f) {
+        const float bf = bias[grp * g.f + f];
+        float* row = yg + f * n_out;
+        for (int64_t t = 0; t < cn; ++t) row[t] = row[t] + bf;
+      }
+    }
+  };
+  if (num_threads <= 1 || units == 1) {
+    for (int64_t u = 0; u < units; ++u) body(u, 0);
+  } else {
+    qgemm::parallel_for(num_threads, units, body);
+  }
+}
+
+}  // namespace mlas_conv
+}  // namespace quanta
