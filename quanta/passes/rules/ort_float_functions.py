@@ -80,7 +80,6 @@ import numpy as np
 
 from quanta.ir.graph import Value, result_type
 from quanta.ir.types import F32, IntType, QuantType
-from quanta.kernels.reference.mlas_conv import mlas_conv_plan
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import describe
 
@@ -273,6 +272,15 @@ def _q_storage(v: Value) -> IntType | None:
     return elem if isinstance(elem, IntType) else None
 
 
+def _shape(v: Value | None) -> tuple | None:
+    if v is None:
+        return None
+    if v.type is not None and v.type.shape is not None:
+        return tuple(v.type.shape)
+    c = _constant(v)
+    return None if c is None else tuple(np.shape(c))
+
+
 class ConvToMlasConv(Rule):
     """%y = Conv(DQ(%x), DQ(w), b?) -> %y = quanta::MlasConv(DQ(%x), DQ(w), b?, threads=T)
     (module docstring: the Conv groups ONNX Runtime runs in float)"""
@@ -301,44 +309,29 @@ class ConvToMlasConv(Rule):
         auto = auto.decode() if isinstance(auto, bytes) else auto
         if auto not in ("NOTSET", "VALID", ""):
             return NoMatch(f"auto_pad {auto} (explicit pads only)")
-        xt, wt = x.type, w.type
-        if xt is None or wt is None or xt.shape is None or wt.shape is None:
-            return NoMatch("x or w has no known shape")
-        xs, ws = xt.shape, wt.shape
-        if len(ws) not in (3, 4) or not all(isinstance(d, int) for d in (*xs[1:], *ws)):
-            return NoMatch(f"a {len(ws) - 2}-D Conv or symbolic shape (1-D and 2-D of known size only)")
-        group = int(conv.attrs.get("group", 1))
+        ws = _shape(w)
+        v = w
+        while ws is None and v.producer is not None and v.producer.op_type in ("DequantizeLinear", "QuantizeLinear"):
+            # a contrib DequantizeLinear's output may be untyped; Paddle's weights are
+            # Constant -> QuantizeLinear -> DequantizeLinear
+            v = v.producer.inputs[0]
+            ws = _shape(v)
+        if ws is None or len(ws) not in (3, 4) or not all(isinstance(d, int) for d in ws):
+            return NoMatch("w has no known rank 3 or 4 (1-D and 2-D Convs only)")
         rank = len(ws) - 2
         strides = [int(v) for v in conv.attrs.get("strides", [1] * rank)]
         dil = [int(v) for v in conv.attrs.get("dilations", [1] * rank)]
         pads = [int(v) for v in conv.attrs.get("pads", [0] * 2 * rank)] if auto in ("NOTSET", "") else [0] * 2 * rank
-        spatial = [
-            (xs[2 + d] + pads[d] + pads[d + rank] - dil[d] * (ws[2 + d] - 1) - 1) // strides[d] + 1 for d in range(rank)
-        ]
-        n_out = int(np.prod(spatial))
-        kh, kw = (1, ws[2]) if rank == 1 else (ws[2], ws[3])
-        h, wd = (1, xs[2]) if rank == 1 else (xs[2], xs[3])
-        pointwise = kh == kw == 1 and all(s == 1 for s in strides) and not any(pads)
-        spans = (
-            not pointwise
-            and ws[1] == 1
-            and all(s == 1 for s in strides)
-            and all(d == 1 for d in dil)
-            and not any(pads)
-            and (kw == wd or (kh == h and kw == 1))
-        )
-        batch = xs[0] if isinstance(xs[0], int) else 2
-        plan = mlas_conv_plan(
-            ws[0] // group,
-            ws[1] * kh * kw,
-            n_out,
-            pointwise=pointwise,
-            spans_input=spans,
-            many=batch > 1 or group > 1,
-            threads=self.threads,
-        )
-        if plan is None:
-            return NoMatch("MLAS's schedule for this shape is not modelled (one output pixel, or M = 1 rows)")
+        kernel = [1] * (2 - rank) + list(ws[2:])
+        if ws[1] == 1 and all(v == 1 for v in (*strides, *dil)) and not any(pads) and kernel != [1, 1]:
+            # MlasConvPrepare's GEMM-direct TransB forms (a kernel spanning the input's
+            # width, or its height with width 1) are not modelled: only a known smaller input
+            xs = x.type.shape if x.type is not None else None
+            hw = [1] * (2 - rank) + list(xs[2:]) if xs is not None and len(xs) == rank + 2 else None
+            if hw is None or not all(isinstance(d, int) for d in hw):
+                return NoMatch("a one-channel stride-1 unpadded Conv of unknown input size (MLAS may take a GEMM-direct form)")
+            if kernel[1] == hw[1] or (kernel[0] == hw[0] and kernel[1] == 1):
+                return NoMatch("the kernel spans the input's width or height (MLAS's GEMM-direct form, not modelled)")
         m.data["pads"] = pads
         return m
 

@@ -3,13 +3,13 @@
 =============  ==========================================  =============================
 operator       native call                                  twin (bit for bit)
 =============  ==========================================  =============================
-quanta         ``mlas_conv_f32``: im2col per slice, FMA     reference/mlas_conv.py
+quanta         ``mlas_conv_f32``: im2col per part, FMA      reference/mlas_conv.py
 MlasConv       chains over K blocks (AVX2: 4 rows x 16      ``mlas_conv``, eqs.
-               columns a tile), MLAS's M = 1 order for one  (MC1)-(MC6)
-               filter per group, then the bias
+               columns a tile), MLAS's M = 1 and N = 1      (MC1)-(MC6)
+               kernels' orders, then the bias
 =============  ==========================================  =============================
 
-The slices (eq. (MC2)) follow the node's ``threads`` attribute (ONNX Runtime's thread
+The parts (eq. (MC2)) follow the node's ``threads`` attribute (ONNX Runtime's thread
 count), computed once per input shape; the kernel itself runs on the session's threads,
 which do not change any result. A shape the schedule does not model runs the twin, which
 refuses it with the op's error (the rewrite never writes such a node).
@@ -35,7 +35,7 @@ except ImportError:  # the binders only run when the extension is built
 
 
 def _plan(x_shape: tuple[int, ...], w_shape: tuple[int, ...], attrs: dict[str, Any]) -> tuple[Any, ...] | None:
-    """(slices int64 [S, 3], strides, dilations, pads) of the 2-D form, or None."""
+    """(parts int64 [P, 6], strides, dilations, pads, group) of the 2-D form, or None."""
     strides, dilations, pads, group = conv_geometry(attrs, w_shape)
     if len(w_shape) == 3:  # 1-D: MLAS promotes it to 2-D with a unit height
         strides, dilations, pads = (1, strides[0]), (1, dilations[0]), (0, pads[0], 0, pads[1])
@@ -52,7 +52,7 @@ def _plan(x_shape: tuple[int, ...], w_shape: tuple[int, ...], attrs: dict[str, A
         and not any(pads)
         and (kw == w or (kh == h and kw == 1))
     )
-    slices = mlas_conv_plan(
+    parts = mlas_conv_plan(
         w_shape[0] // group,
         w_shape[1] * kh * kw,
         oh * ow,
@@ -61,9 +61,9 @@ def _plan(x_shape: tuple[int, ...], w_shape: tuple[int, ...], attrs: dict[str, A
         many=b > 1 or group > 1,
         threads=int(attrs.get("threads", 1)),
     )
-    if slices is None:
+    if parts is None:
         return None
-    return np.asarray(slices, np.int64).reshape(-1, 3), strides, dilations, pads, group
+    return np.asarray(parts, np.int64).reshape(-1, 6), strides, dilations, pads, group
 
 
 def _mlas_conv(ctx: Any, x: Any, w: Any, b: Any = None, **attrs: Any) -> np.ndarray:
@@ -72,7 +72,7 @@ def _mlas_conv(ctx: Any, x: Any, w: Any, b: Any = None, **attrs: Any) -> np.ndar
     plan = _plan(x.shape, w.shape, attrs)
     if plan is None:
         raise OpError("MlasConv: a shape whose MLAS schedule is not modelled (the rewrite refuses these)")
-    slices, strides, dilations, pads, group = plan
+    parts, strides, dilations, pads, group = plan
     one_d = x.ndim == 3
     y = _native.mlas_conv_f32(
         x[:, :, None, :] if one_d else x,
@@ -82,7 +82,7 @@ def _mlas_conv(ctx: Any, x: Any, w: Any, b: Any = None, **attrs: Any) -> np.ndar
         list(dilations),
         list(pads),
         group,
-        slices,
+        parts,
         num_threads=_threads(ctx),
     )
     return y[:, :, 0, :] if one_d else y

@@ -75,31 +75,56 @@ void chain_m1(const float* a, const float* cols, int64_t k, int64_t cn, float* y
   }
 }
 
+// (MC5'): SgemmKernelM1TransposeBAvx, rows a [mc, k] (row stride lda) against one column
+// b [k]; y[r] has row stride ldy.
+void dot_rows(const float* a, int64_t lda, const float* b, int64_t k, int64_t mc, float* y, int64_t ldy) {
+  const int64_t fours = mc / 4 * 4, pair_end = fours + (mc % 4 >= 2 ? 2 : 0);
+  for (int64_t r = 0; r < mc; ++r) {
+    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    const float* ar = a + r * lda;
+    for (int64_t j = 0; j < k; j += 8) {
+      for (int l = 0; l < 8 && j + l < k; ++l) s[l] = s[l] + ar[j + l] * b[j + l];
+    }
+    float v;
+    if (r < fours) {
+      v = (((s[0] + s[1]) + s[2]) + s[3]) + (((s[4] + s[5]) + s[6]) + s[7]);
+    } else if (r < pair_end) {
+      v = ((s[0] + s[2]) + (s[4] + s[6])) + ((s[1] + s[3]) + (s[5] + s[7]));
+    } else {
+      v = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    }
+    y[r * ldy] = v + 0.0f;
+  }
+}
+
 }  // namespace
 
-void conv_f32(const float* x, const float* w, const float* bias, float* y, const Geometry& g, const int64_t* slices,
-              int64_t n_slices, int num_threads, bool use_avx2) {
+void conv_f32(const float* x, const float* w, const float* bias, float* y, const Geometry& g, const int64_t* parts,
+              int64_t n_parts, int num_threads, bool use_avx2) {
   const int64_t k = g.c * g.kh * g.kw, n_out = g.oh * g.ow;
-  const int64_t units = g.batch * g.group * n_slices;
+  const int64_t units = g.batch * g.group * n_parts;
   auto body = [&](int64_t u, int) {
-    const int64_t s = u % n_slices, bg = u / n_slices, grp = bg % g.group, img = bg / g.group;
-    const int64_t n0 = slices[3 * s], cn = slices[3 * s + 1], sk = slices[3 * s + 2];
+    const int64_t* p = parts + 6 * (u % n_parts);
+    const int64_t bg = u / n_parts, grp = bg % g.group, img = bg / g.group;
+    const int64_t m0 = p[0], mc = p[1], n0 = p[2], cn = p[3], sk = p[4], kind = p[5];
     thread_local std::vector<float> cols;
     cols.resize(static_cast<size_t>(k * cn));
     const float* xg = x + (img * g.group + grp) * g.c * g.h * g.w;
     im2col(xg, g, n0, cn, cols.data());
-    const float* a = w + grp * g.f * k;
-    float* yg = y + (img * g.group + grp) * g.f * n_out + n0;
-    if (g.f == 1) {
+    const float* a = w + (grp * g.f + m0) * k;
+    float* yg = y + ((img * g.group + grp) * g.f + m0) * n_out + n0;
+    if (kind == kM1) {
       chain_m1(a, cols.data(), k, cn, yg);
+    } else if (kind == kDot) {
+      dot_rows(a, k, cols.data(), k, mc, yg, n_out);
     } else if (use_avx2) {
-      chains_avx2(a, k, cols.data(), cn, yg, n_out, g.f, cn, k, sk);
+      chains_avx2(a, k, cols.data(), cn, yg, n_out, mc, cn, k, sk);
     } else {
-      chains_portable(a, k, cols.data(), cn, yg, n_out, g.f, cn, k, sk);
+      chains_portable(a, k, cols.data(), cn, yg, n_out, mc, cn, k, sk);
     }
     if (bias != nullptr) {
-      for (int64_t f = 0; f < g.f; ++f) {
-        const float bf = bias[grp * g.f + f];
+      for (int64_t f = 0; f < mc; ++f) {
+        const float bf = bias[grp * g.f + m0 + f];
         float* row = yg + f * n_out;
         for (int64_t t = 0; t < cn; ++t) row[t] = row[t] + bf;
       }

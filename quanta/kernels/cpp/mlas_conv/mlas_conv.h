@@ -5,13 +5,16 @@
 //   each output column n belongs to one slice (n0, cn, sk) of `slices`                   (MC2)
 //   per block [k0, k0 + sk): acc = +0; acc = fma(w[f, k], cols[k, n], acc), k increasing (MC3)
 //   y = the first block's acc, then y = f32(y + acc) for each further block             (MC4)
-//   F = 1 per group (MLAS's M = 1 kernel): per 4 k t = ((p0 + p1) + p2) + p3 with
-//     p = f32(w·x), y = f32(y + t) from +0, then a pair and a single the same way      (MC5)
+//   one row (MLAS's M = 1 kernel): per 4 k t = ((p0 + p1) + p2) + p3 with p = f32(w·x),
+//     y = f32(y + t) from +0, then a pair and a single the same way                    (MC5)
+//   one pixel (MLAS's N = 1 kernel): eight lane sums of p in increasing k, reduced by the
+//     row's place among its part's rows (blocks of 4, then 2, then 1)                   (MC5')
 //   y = f32(y + b[f]) when bias is given                                               (MC6)
 //
-// The slices come from reference/mlas_conv.py mlas_conv_plan (ORT's thread count and the
-// shape decide them); they cover [0, oh·ow) in order. The arithmetic of one output does
-// not depend on how this kernel itself is threaded (num_threads splits slices and groups).
+// The parts (m0, mc, n0, cn, sk, kind) come from reference/mlas_conv.py mlas_conv_plan (ORT's
+// thread count and the shape decide them); kind 0 chains, 1 M = 1, 2 N = 1. The arithmetic
+// of one output does not depend on how this kernel itself is threaded (num_threads splits
+// parts, groups and images).
 #pragma once
 
 #include <cstdint>
@@ -28,10 +31,12 @@ struct Geometry {
   int64_t sh, sw, dh, dw, pt, pl;
 };
 
+enum Kind : int64_t { kChains = 0, kM1 = 1, kDot = 2 };
+
 // x [batch, group·c, h, w], w [group·f, c·kh·kw], bias [group·f] or null, y [batch, group·f, oh·ow];
-// slices: n_slices rows (n0, cn, sk).
-void conv_f32(const float* x, const float* w, const float* bias, float* y, const Geometry& g, const int64_t* slices,
-              int64_t n_slices, int num_threads, bool use_avx2);
+// parts: n_parts rows (m0, mc, n0, cn, sk, kind), every output of a group in exactly one.
+void conv_f32(const float* x, const float* w, const float* bias, float* y, const Geometry& g, const int64_t* parts,
+              int64_t n_parts, int num_threads, bool use_avx2);
 
 // (MC3)-(MC4) for rows [0, rows) of a (row stride lda) against b [K, cn] (row stride ldb),
 // into y (row stride ldy). The AVX2 variant is bit-identical to the portable one.
