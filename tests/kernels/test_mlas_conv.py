@@ -61,7 +61,9 @@ def _ort(x, w, b, attrs, threads):
     so.intra_op_num_threads = threads
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -74,7 +76,9 @@ def test_mlas_conv_twin_equals_onnxruntime_bit_for_bit(case, threads):
     got = mlas_conv(x, wt, b, strides=(s, s), dilations=(d, d), pads=(p,) * 4, group=g, threads=threads)
     assert got is not None
     bad = np.argwhere(got != want)
-    assert bad.size == 0, f"{len(bad)} of {want.size} differ, first {bad[0]}: {got[tuple(bad[0])]} vs {want[tuple(bad[0])]}"
+    assert bad.size == 0, (
+        f"{len(bad)} of {want.size} differ, first {bad[0]}: {got[tuple(bad[0])]} vs {want[tuple(bad[0])]}"
+    )
 
 
 @pytest.mark.skipif(not native_available(), reason="the native extension is not built")
@@ -91,7 +95,9 @@ def test_mlas_conv_native_equals_its_twin_on_every_isa(case, threads):
     parts, st, dl, pd, gr = _plan(x.shape, wt.shape, attrs)
     for isa in _native.supported_isas():
         for nt in (1, 2, 3):
-            got = _native.mlas_conv_f32(x, wt, b, list(st), list(dl), list(pd), gr, parts, num_threads=nt, isa=isa)
+            got = _native.mlas_conv_f32(
+                x, wt, b, list(st), list(dl), list(pd), gr, parts, num_threads=nt, isa=isa
+            )
             np.testing.assert_array_equal(got, want, err_msg=f"isa {isa}, {nt} kernel threads")
 
 

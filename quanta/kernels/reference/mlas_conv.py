@@ -280,7 +280,7 @@ def mlas_conv(
         pads = (0, pads[0], 0, pads[1])
     if x.ndim != 4:
         return None
-    batch, c, h, wd = x.shape
+    batch, _, h, wd = x.shape
     m, cg, kh, kw = w.shape
     f = m // group
     k = cg * kh * kw
@@ -330,7 +330,13 @@ def conv_geometry(node_attrs: dict[str, Any], w_shape: tuple[int, ...]) -> tuple
 
 @register("MlasConv", QUANTA_DOMAIN)
 def mlas_conv_op(
-    ctx: OpContext, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *, threads: int = 1, **attrs: Any
+    ctx: OpContext,
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None = None,
+    *,
+    threads: int = 1,
+    **attrs: Any,
 ) -> np.ndarray:
     """quanta MlasConv-1: ONNX Runtime's float Conv (module docstring); attributes those of
     Conv (explicit pads) plus ``threads``, ORT's intra-op thread count the schedule follows."""

@@ -304,14 +304,20 @@ class ConvToMlasConv(Rule):
             sy = _q_storage(q.outputs[0])
             sb = _dq_storage(bias) if bias is not None else IntType(32, True)
             if sx == sy == IntType(8, False) and sw.bits == 8 and sb == IntType(32, True):
-                return NoMatch("ONNX Runtime fuses this group into QLinearConv (uint8 activations): integer arithmetic")
+                return NoMatch(
+                    "ONNX Runtime fuses this group into QLinearConv (uint8 activations): integer arithmetic"
+                )
         auto = conv.attrs.get("auto_pad", "NOTSET")
         auto = auto.decode() if isinstance(auto, bytes) else auto
         if auto not in ("NOTSET", "VALID", ""):
             return NoMatch(f"auto_pad {auto} (explicit pads only)")
         ws = _shape(w)
         v = w
-        while ws is None and v.producer is not None and v.producer.op_type in ("DequantizeLinear", "QuantizeLinear"):
+        while (
+            ws is None
+            and v.producer is not None
+            and v.producer.op_type in ("DequantizeLinear", "QuantizeLinear")
+        ):
             # a contrib DequantizeLinear's output may be untyped; Paddle's weights are
             # Constant -> QuantizeLinear -> DequantizeLinear
             v = v.producer.inputs[0]
@@ -321,7 +327,11 @@ class ConvToMlasConv(Rule):
         rank = len(ws) - 2
         strides = [int(v) for v in conv.attrs.get("strides", [1] * rank)]
         dil = [int(v) for v in conv.attrs.get("dilations", [1] * rank)]
-        pads = [int(v) for v in conv.attrs.get("pads", [0] * 2 * rank)] if auto in ("NOTSET", "") else [0] * 2 * rank
+        pads = (
+            [int(v) for v in conv.attrs.get("pads", [0] * 2 * rank)]
+            if auto in ("NOTSET", "")
+            else [0] * 2 * rank
+        )
         kernel = [1] * (2 - rank) + list(ws[2:])
         if ws[1] == 1 and all(v == 1 for v in (*strides, *dil)) and not any(pads) and kernel != [1, 1]:
             # MlasConvPrepare's GEMM-direct TransB forms (a kernel spanning the input's
@@ -329,9 +339,13 @@ class ConvToMlasConv(Rule):
             xs = x.type.shape if x.type is not None else None
             hw = [1] * (2 - rank) + list(xs[2:]) if xs is not None and len(xs) == rank + 2 else None
             if hw is None or not all(isinstance(d, int) for d in hw):
-                return NoMatch("a one-channel stride-1 unpadded Conv of unknown input size (MLAS may take a GEMM-direct form)")
+                return NoMatch(
+                    "a one-channel stride-1 unpadded Conv of unknown input size (MLAS may take a GEMM-direct form)"
+                )
             if kernel[1] == hw[1] or (kernel[0] == hw[0] and kernel[1] == 1):
-                return NoMatch("the kernel spans the input's width or height (MLAS's GEMM-direct form, not modelled)")
+                return NoMatch(
+                    "the kernel spans the input's width or height (MLAS's GEMM-direct form, not modelled)"
+                )
         m.data["pads"] = pads
         return m
 

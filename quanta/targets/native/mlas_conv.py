@@ -34,7 +34,9 @@ except ImportError:  # the binders only run when the extension is built
     _native = None
 
 
-def _plan(x_shape: tuple[int, ...], w_shape: tuple[int, ...], attrs: dict[str, Any]) -> tuple[Any, ...] | None:
+def _plan(
+    x_shape: tuple[int, ...], w_shape: tuple[int, ...], attrs: dict[str, Any]
+) -> tuple[Any, ...] | None:
     """(parts int64 [P, 6], strides, dilations, pads, group) of the 2-D form, or None."""
     strides, dilations, pads, group = conv_geometry(attrs, w_shape)
     if len(w_shape) == 3:  # 1-D: MLAS promotes it to 2-D with a unit height

@@ -619,7 +619,9 @@ def test_uint8_conv_group_that_onnxruntime_fuses_keeps_integer_arithmetic():
     run_passes(model, [p])
     assert [n.op_type for n in model.graph.nodes].count("MlasConv") == 0
     reasons = {r.reason for r in p.why_not("ConvToMlasConv")}
-    assert reasons == {"ONNX Runtime fuses this group into QLinearConv (uint8 activations): integer arithmetic"}
+    assert reasons == {
+        "ONNX Runtime fuses this group into QLinearConv (uint8 activations): integer arithmetic"
+    }
 
 
 def test_conv_rule_runs_only_with_a_thread_count():

@@ -24,10 +24,10 @@ namespace mlas_conv {
 
 struct Geometry {
   int64_t batch, group;
-  int64_t c, h, w;       // input channels per group, input height and width
-  int64_t f;             // filters per group
-  int64_t kh, kw;        // kernel
-  int64_t oh, ow;        // output
+  int64_t c, h, w;  // input channels per group, input height and width
+  int64_t f;        // filters per group
+  int64_t kh, kw;   // kernel
+  int64_t oh, ow;   // output
   int64_t sh, sw, dh, dw, pt, pl;
 };
 
