@@ -1,6 +1,7 @@
-// quanta::MlasConv driver (mlas_conv.h): im2col of one slice, the chains, MLAS's M = 1
-// order for one filter per group, the bias. Slices and groups are the units this kernel
-// threads over; the result of an output does not depend on which thread computes it.
+// quanta::MlasConv driver (mlas_conv.h): im2col of one part (into 16-column panels for the
+// FMA chains, as MLAS's CopyPackB lays B out), the chains, MLAS's M = 1 and N = 1 orders,
+// the bias. Parts, groups and images are the units this kernel threads over; the result of
+// an output does not depend on which thread computes it.
 #include "mlas_conv/mlas_conv.h"
 
 #include <cmath>
@@ -11,23 +12,21 @@
 namespace quanta {
 namespace mlas_conv {
 
-void chains_portable(const float* a, int64_t lda, const float* b, int64_t ldb, float* y, int64_t ldy, int64_t rows,
-                     int64_t cn, int64_t k, int64_t sk) {
-  std::vector<float> acc(static_cast<size_t>(cn));
-  for (int64_t r = 0; r < rows; ++r) {
-    float* yr = y + r * ldy;
-    for (int64_t k0 = 0; k0 < k; k0 += sk) {
-      const int64_t k1 = k < k0 + sk ? k : k0 + sk;
-      for (int64_t n = 0; n < cn; ++n) acc[n] = 0.0f;
-      for (int64_t kk = k0; kk < k1; ++kk) {
-        const float av = a[r * lda + kk];
-        const float* bk = b + kk * ldb;
-        for (int64_t n = 0; n < cn; ++n) acc[n] = std::fma(av, bk[n], acc[n]);
-      }
-      if (k0 == 0) {
-        for (int64_t n = 0; n < cn; ++n) yr[n] = acc[n];
-      } else {
-        for (int64_t n = 0; n < cn; ++n) yr[n] = yr[n] + acc[n];
+void chains_portable(const float* a, int64_t lda, const float* panels, float* y, int64_t ldy, int64_t rows, int64_t cn,
+                     int64_t k, int64_t sk) {
+  for (int64_t n0 = 0; n0 < cn; n0 += 16) {
+    const int64_t cols = cn - n0 < 16 ? cn - n0 : 16;
+    const float* panel = panels + (n0 / 16) * k * 16;
+    for (int64_t r = 0; r < rows; ++r) {
+      float* yr = y + r * ldy + n0;
+      for (int64_t k0 = 0; k0 < k; k0 += sk) {
+        const int64_t k1 = k < k0 + sk ? k : k0 + sk;
+        float acc[16] = {};
+        for (int64_t kk = k0; kk < k1; ++kk) {
+          const float av = a[r * lda + kk];
+          for (int l = 0; l < 16; ++l) acc[l] = std::fma(av, panel[kk * 16 + l], acc[l]);
+        }
+        for (int64_t l = 0; l < cols; ++l) yr[l] = k0 == 0 ? acc[l] : yr[l] + acc[l];
       }
     }
   }
@@ -35,17 +34,49 @@ void chains_portable(const float* a, int64_t lda, const float* b, int64_t ldb, f
 
 namespace {
 
-// (MC1) rows [0, K) for columns [n0, n0 + cn) into cols [K, cn].
-void im2col(const float* x, const Geometry& g, int64_t n0, int64_t cn, float* cols) {
+// The input offsets of the part's columns: row oy·sh − pt and column ox·sw − pl.
+void column_bases(const Geometry& g, int64_t n0, int64_t cn, int64_t* by, int64_t* bx) {
+  int64_t oy = n0 / g.ow, ox = n0 % g.ow;
+  for (int64_t t = 0; t < cn; ++t) {
+    by[t] = oy * g.sh - g.pt;
+    bx[t] = ox * g.sw - g.pl;
+    if (++ox == g.ow) {
+      ox = 0;
+      ++oy;
+    }
+  }
+}
+
+inline float tap(const float* xc, const Geometry& g, int64_t iy, int64_t ix) {
+  return (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) ? xc[iy * g.w + ix] : 0.0f;
+}
+
+// (MC1) for the part's columns: packed panels [⌈cn/16⌉][K][16] (zero-padded) when `packed`,
+// else rows [K][cn].
+void im2col(const float* x, const Geometry& g, int64_t cn, const int64_t* by, const int64_t* bx, bool packed,
+            float* out) {
   const int64_t k = g.c * g.kh * g.kw;
   for (int64_t kk = 0; kk < k; ++kk) {
     const int64_t c = kk / (g.kh * g.kw), i = (kk / g.kw) % g.kh, j = kk % g.kw;
     const float* xc = x + c * g.h * g.w;
-    float* row = cols + kk * cn;
-    for (int64_t t = 0; t < cn; ++t) {
-      const int64_t n = n0 + t, oy = n / g.ow, ox = n % g.ow;
-      const int64_t iy = oy * g.sh - g.pt + i * g.dh, ix = ox * g.sw - g.pl + j * g.dw;
-      row[t] = (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) ? xc[iy * g.w + ix] : 0.0f;
+    const int64_t dy = i * g.dh, dx = j * g.dw;
+    if (!packed) {
+      float* row = out + kk * cn;
+      for (int64_t t = 0; t < cn; ++t) row[t] = tap(xc, g, by[t] + dy, bx[t] + dx);
+      continue;
+    }
+    for (int64_t s = 0; s * 16 < cn; ++s) {
+      float* dst = out + (s * k + kk) * 16;
+      const int64_t t0 = s * 16, cols = cn - t0 < 16 ? cn - t0 : 16;
+      const int64_t iy = by[t0] + dy, ix0 = bx[t0] + dx;
+      if (by[t0 + cols - 1] == by[t0] && iy >= 0 && iy < g.h && ix0 >= 0 && ix0 + (cols - 1) * g.sw < g.w) {
+        // one output row, inside the input: a strided run of x (contiguous at stride 1)
+        const float* src = xc + iy * g.w + ix0;
+        for (int64_t l = 0; l < cols; ++l) dst[l] = src[l * g.sw];
+      } else {
+        for (int64_t l = 0; l < cols; ++l) dst[l] = tap(xc, g, by[t0 + l] + dy, bx[t0 + l] + dx);
+      }
+      for (int64_t l = cols; l < 16; ++l) dst[l] = 0.0f;
     }
   }
 }
@@ -108,9 +139,13 @@ void conv_f32(const float* x, const float* w, const float* bias, float* y, const
     const int64_t bg = u / n_parts, grp = bg % g.group, img = bg / g.group;
     const int64_t m0 = p[0], mc = p[1], n0 = p[2], cn = p[3], sk = p[4], kind = p[5];
     thread_local std::vector<float> cols;
-    cols.resize(static_cast<size_t>(k * cn));
+    thread_local std::vector<int64_t> bases;
+    const bool packed = kind == kChains;
+    cols.resize(static_cast<size_t>(k * (packed ? (cn + 15) / 16 * 16 : cn)));
+    bases.resize(static_cast<size_t>(2 * cn));
+    column_bases(g, n0, cn, bases.data(), bases.data() + cn);
     const float* xg = x + (img * g.group + grp) * g.c * g.h * g.w;
-    im2col(xg, g, n0, cn, cols.data());
+    im2col(xg, g, cn, bases.data(), bases.data() + cn, packed, cols.data());
     const float* a = w + (grp * g.f + m0) * k;
     float* yg = y + ((img * g.group + grp) * g.f + m0) * n_out + n0;
     if (kind == kM1) {
@@ -118,9 +153,9 @@ void conv_f32(const float* x, const float* w, const float* bias, float* y, const
     } else if (kind == kDot) {
       dot_rows(a, k, cols.data(), k, mc, yg, n_out);
     } else if (use_avx2) {
-      chains_avx2(a, k, cols.data(), cn, yg, n_out, mc, cn, k, sk);
+      chains_avx2(a, k, cols.data(), yg, n_out, mc, cn, k, sk);
     } else {
-      chains_portable(a, k, cols.data(), cn, yg, n_out, mc, cn, k, sk);
+      chains_portable(a, k, cols.data(), yg, n_out, mc, cn, k, sk);
     }
     if (bias != nullptr) {
       for (int64_t f = 0; f < mc; ++f) {

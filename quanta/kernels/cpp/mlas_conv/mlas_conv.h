@@ -38,12 +38,13 @@ enum Kind : int64_t { kChains = 0, kM1 = 1, kDot = 2 };
 void conv_f32(const float* x, const float* w, const float* bias, float* y, const Geometry& g, const int64_t* parts,
               int64_t n_parts, int num_threads, bool use_avx2);
 
-// (MC3)-(MC4) for rows [0, rows) of a (row stride lda) against b [K, cn] (row stride ldb),
-// into y (row stride ldy). The AVX2 variant is bit-identical to the portable one.
-void chains_portable(const float* a, int64_t lda, const float* b, int64_t ldb, float* y, int64_t ldy, int64_t rows,
-                     int64_t cn, int64_t k, int64_t sk);
-void chains_avx2(const float* a, int64_t lda, const float* b, int64_t ldb, float* y, int64_t ldy, int64_t rows,
-                 int64_t cn, int64_t k, int64_t sk);
+// (MC3)-(MC4) for rows [0, rows) of a (row stride lda) against the columns [0, cn) held in
+// packed panels ([⌈cn/16⌉][k][16], zero-padded), into y (row stride ldy). The AVX2 variant
+// is bit-identical to the portable one.
+void chains_portable(const float* a, int64_t lda, const float* panels, float* y, int64_t ldy, int64_t rows, int64_t cn,
+                     int64_t k, int64_t sk);
+void chains_avx2(const float* a, int64_t lda, const float* panels, float* y, int64_t ldy, int64_t rows, int64_t cn,
+                 int64_t k, int64_t sk);
 
 }  // namespace mlas_conv
 }  // namespace quanta
