@@ -51,6 +51,23 @@ inline float tap(const float* xc, const Geometry& g, int64_t iy, int64_t ix) {
   return (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) ? xc[iy * g.w + ix] : 0.0f;
 }
 
+// Columns [t0, t0 + cols) of im2col row (dy, dx) into dst: a strided run of x when they
+// lie in one output row inside the input (contiguous at stride 1), else tap by tap.
+inline void im2col_run(const float* xc, const Geometry& g, const int64_t* by, const int64_t* bx, int64_t t0,
+                       int64_t cols, int64_t dy, int64_t dx, float* dst) {
+  const int64_t iy = by[t0] + dy, ix0 = bx[t0] + dx;
+  if (by[t0 + cols - 1] == by[t0] && iy >= 0 && iy < g.h && ix0 >= 0 && ix0 + (cols - 1) * g.sw < g.w) {
+    const float* src = xc + iy * g.w + ix0;
+    if (g.sw == 1) {
+      for (int64_t l = 0; l < cols; ++l) dst[l] = src[l];
+    } else {
+      for (int64_t l = 0; l < cols; ++l) dst[l] = src[l * g.sw];
+    }
+    return;
+  }
+  for (int64_t l = 0; l < cols; ++l) dst[l] = tap(xc, g, by[t0 + l] + dy, bx[t0 + l] + dx);
+}
+
 // (MC1) for the part's columns: packed panels [⌈cn/16⌉][K][16] (zero-padded) when `packed`,
 // else rows [K][cn].
 void im2col(const float* x, const Geometry& g, int64_t cn, const int64_t* by, const int64_t* bx, bool packed,
@@ -60,22 +77,14 @@ void im2col(const float* x, const Geometry& g, int64_t cn, const int64_t* by, co
     const int64_t c = kk / (g.kh * g.kw), i = (kk / g.kw) % g.kh, j = kk % g.kw;
     const float* xc = x + c * g.h * g.w;
     const int64_t dy = i * g.dh, dx = j * g.dw;
-    if (!packed) {
-      float* row = out + kk * cn;
-      for (int64_t t = 0; t < cn; ++t) row[t] = tap(xc, g, by[t] + dy, bx[t] + dx);
-      continue;
-    }
-    for (int64_t s = 0; s * 16 < cn; ++s) {
-      float* dst = out + (s * k + kk) * 16;
-      const int64_t t0 = s * 16, cols = cn - t0 < 16 ? cn - t0 : 16;
-      const int64_t iy = by[t0] + dy, ix0 = bx[t0] + dx;
-      if (by[t0 + cols - 1] == by[t0] && iy >= 0 && iy < g.h && ix0 >= 0 && ix0 + (cols - 1) * g.sw < g.w) {
-        // one output row, inside the input: a strided run of x (contiguous at stride 1)
-        const float* src = xc + iy * g.w + ix0;
-        for (int64_t l = 0; l < cols; ++l) dst[l] = src[l * g.sw];
-      } else {
-        for (int64_t l = 0; l < cols; ++l) dst[l] = tap(xc, g, by[t0 + l] + dy, bx[t0 + l] + dx);
+    for (int64_t t0 = 0; t0 < cn; t0 += 16) {
+      const int64_t cols = cn - t0 < 16 ? cn - t0 : 16;
+      if (!packed) {
+        im2col_run(xc, g, by, bx, t0, cols, dy, dx, out + kk * cn + t0);
+        continue;
       }
+      float* dst = out + ((t0 / 16) * k + kk) * 16;
+      im2col_run(xc, g, by, bx, t0, cols, dy, dx, dst);
       for (int64_t l = cols; l < 16; ++l) dst[l] = 0.0f;
     }
   }
