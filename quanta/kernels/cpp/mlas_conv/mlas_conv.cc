@@ -5,6 +5,7 @@
 #include "mlas_conv/mlas_conv.h"
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "qgemm/thread_pool.h"
@@ -58,7 +59,9 @@ inline void im2col_run(const float* xc, const Geometry& g, const int64_t* by, co
   const int64_t iy = by[t0] + dy, ix0 = bx[t0] + dx;
   if (by[t0 + cols - 1] == by[t0] && iy >= 0 && iy < g.h && ix0 >= 0 && ix0 + (cols - 1) * g.sw < g.w) {
     const float* src = xc + iy * g.w + ix0;
-    if (g.sw == 1) {
+    if (g.sw == 1 && cols == 16) {
+      std::memcpy(dst, src, 16 * sizeof(float));
+    } else if (g.sw == 1) {
       for (int64_t l = 0; l < cols; ++l) dst[l] = src[l];
     } else {
       for (int64_t l = 0; l < cols; ++l) dst[l] = src[l * g.sw];
