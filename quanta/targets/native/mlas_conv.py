@@ -68,10 +68,25 @@ def _plan(
     return np.asarray(parts, np.int64).reshape(-1, 6), strides, dilations, pads, group
 
 
+_PLANS: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}
+
+
+def _cached_plan(
+    x_shape: tuple[int, ...], w_shape: tuple[int, ...], attrs: dict[str, Any]
+) -> tuple[Any, ...] | None:
+    """_plan, once per shapes and attributes (a run calls it for every MlasConv)."""
+    key = (x_shape, w_shape, tuple(sorted((k, str(v)) for k, v in attrs.items())))
+    if key not in _PLANS:
+        if len(_PLANS) >= 1024:  # dynamic shapes: keep the cache bounded
+            _PLANS.clear()
+        _PLANS[key] = _plan(x_shape, w_shape, attrs)
+    return _PLANS[key]
+
+
 def _mlas_conv(ctx: Any, x: Any, w: Any, b: Any = None, **attrs: Any) -> np.ndarray:
     x = np.asarray(x, np.float32)
     w = np.asarray(w, np.float32)
-    plan = _plan(x.shape, w.shape, attrs)
+    plan = _cached_plan(x.shape, w.shape, attrs)
     if plan is None:
         raise OpError("MlasConv: a shape whose MLAS schedule is not modelled (the rewrite refuses these)")
     parts, strides, dilations, pads, group = plan
