@@ -46,7 +46,9 @@ the default activations is rewritten (``quanta::OrtGRU``, docs/float-ops.md (RNN
 
 Conv: ONNX Runtime fuses a QDQ Conv group (``DQ(x), DQ(w), DQ(b: int32)? -> Conv -> Q``,
 the Conv's only use) into QLinearConv only when x and y are uint8 (on x86 without
-``session.qdqisint8allowed``; 16-bit activations never). Every other Conv fed by
+``session.qdqisint8allowed``; 16-bit activations never), after its QDQS8ToU8Transformer
+made uint8 every int8 Q -> DQ pair whose codes only that DequantizeLinear reads (same
+per-tensor zero point): such int8 groups are fused too. Every other Conv fed by
 DequantizeLinears runs as MLAS's float Conv on the dequantized values, whose FMA chains,
 K blocks and M = 1 kernel (:mod:`quanta.kernels.reference.mlas_conv`, docs/float-ops.md
 (MC1)-(MC6)) are not the exact sum quanta's integer path rounds once: codes then differ
@@ -281,6 +283,32 @@ def _shape(v: Value | None) -> tuple | None:
     return None if c is None else tuple(np.shape(c))
 
 
+U8, I8 = IntType(8, False), IntType(8, True)
+
+
+def _s8_pair_to_u8(v: Value | None, m: Match) -> bool:
+    """Whether ORT's QDQS8ToU8Transformer makes the int8 codes ``v`` uint8: ``v`` is a
+    QuantizeLinear's output read by one DequantizeLinear and nothing else (not a graph
+    output), that DequantizeLinear read by one node, both with the same constant
+    per-tensor zero point (qdq_s8_to_u8.cc, after EnsureUniqueDQForNodeUnit)."""
+    if v is None or v.producer is None or v.producer.op_type != "QuantizeLinear":
+        return False
+    if len(v.uses) != 1 or any(o is v for o in m.graph.outputs):
+        return False
+    dq = v.uses[0][0]
+    if dq.op_type != "DequantizeLinear" or len(dq.inputs) < 3 or len(v.producer.inputs) < 3:
+        return False
+    # EnsureUniqueDQForNodeUnit runs first: a DequantizeLinear read twice becomes one per
+    # reader, and the Q then has more than one output edge
+    out = dq.outputs[0]
+    if len(out.uses) != 1 or any(o is out for o in m.graph.outputs):
+        return False
+    zq, zd = _constant(v.producer.inputs[2]), _constant(dq.inputs[2])
+    if zq is None or zd is None or zq.size != 1 or zd.size != 1:
+        return False
+    return int(zq.reshape(-1)[0]) == int(zd.reshape(-1)[0])
+
+
 class ConvToMlasConv(Rule):
     """%y = Conv(DQ(%x), DQ(w), b?) -> %y = quanta::MlasConv(DQ(%x), DQ(w), b?, threads=T)
     (module docstring: the Conv groups ONNX Runtime runs in float)"""
@@ -303,7 +331,10 @@ class ConvToMlasConv(Rule):
         if q is not None and q.op_type == "QuantizeLinear" and not graph_output:
             sy = _q_storage(q.outputs[0])
             sb = _dq_storage(bias) if bias is not None else IntType(32, True)
-            if sx == sy == IntType(8, False) and sw.bits == 8 and sb == IntType(32, True):
+            # QDQS8ToU8Transformer first turns a lone int8 Q -> DQ pair into uint8
+            ux = sx == U8 or (sx == I8 and x.producer is not None and _s8_pair_to_u8(x.producer.inputs[0], m))
+            uy = sy == U8 or (sy == I8 and _s8_pair_to_u8(q.outputs[0], m))
+            if ux and uy and sw.bits == 8 and sb == IntType(32, True):
                 return NoMatch(
                     "ONNX Runtime fuses this group into QLinearConv (uint8 activations): integer arithmetic"
                 )
