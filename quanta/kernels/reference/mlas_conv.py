@@ -9,8 +9,9 @@ and N = oh·ow output pixels (docs/float-ops.md, "ONNX Runtime's float convoluti
 eqs. (MC1)-(MC6))::
 
     (MC1) cols[k, n] = x[c, oh·sh − pt + i·dh, ow·sw − pl + j·dw]  (0 outside),  k = (c, i, j)
-    (MC2) the columns split into slices (n0, cn, sk): the path and ORT's thread count give
-          each output pixel the K block length sk of the slice it falls in (mlas_conv_plan)
+    (MC2) the outputs split into parts (m0, mc, n0, cn, sk, kind): the path and ORT's thread
+          count give each output the K block length sk and the kernel of the MLAS call that
+          computes it (mlas_conv_plan)
     (MC3) per block [k0, k0 + sk): acc = +0; acc = fma(w[f, k], cols[k, n], acc), k increasing
     (MC4) y = acc of the first block; y = f32(y + acc) for each further block, in order
     (MC5) F = 1 (depthwise: MLAS's M = 1 kernel, no FMA): per 4 k, t = f32(f32(f32(p0 + p1)
@@ -20,14 +21,15 @@ eqs. (MC1)-(MC6))::
           increasing k, reduced by the row's place in its thread's rows (:func:`_dot`)
     (MC6) y = f32(y + b[f]) if the Conv has a bias
 
-The slices (MC2), from MlasConvPrepare / MlasConv / MlasGemmBatch / MlasSgemmOperation
+The parts (MC2), from MlasConvPrepare / MlasConv / MlasGemmBatch / MlasSgemmOperation
 (StrideN = StrideK = 128, thread complexity 65 536, thread alignment 16):
 
     stride_k(n, K): n >= K: halve StrideK while StrideK / 2 >= K (so a block is all of K,
       or 128); n < K: double StrideK (halving StrideN) while StrideN > 16 and StrideN / 2 >= n
-    pointwise (1x1, stride 1, no padding), or F > N: one GEMM F x N x K. Group or batch > 1:
-      the whole N at one thread. Else MlasGemm: T = min(threads, F·N·K / 65536 + 1); N > F:
-      the 16-column blocks of N split over T threads (MlasPartitionWork), else rows split
+    pointwise (1x1, stride 1, no padding) with group or batch > 1: one GEMM F x N x K per
+      image and group at one thread. Pointwise otherwise, and F > N always: MlasGemm,
+      T = min(threads, F·N·K / 65536 + 1); N > F: the 16-column blocks of N split over T
+      threads (MlasPartitionWork), else the rows
     otherwise, im2col in segments: group or batch > 1: one segment N; else T as above
       (capped at 16), a thread stride ⌈N / T⌉ rounded up to 16 (then T adjusted), segments
       of that stride; each segment's slices are StrideN wide with sk = stride_k(segment, K)

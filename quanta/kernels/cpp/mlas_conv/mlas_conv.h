@@ -2,7 +2,7 @@
 // (reference/mlas_conv.py, docs/float-ops.md eqs. (MC1)-(MC6)). Per image and group:
 //
 //   cols[k, n] = x[c, oh·sh − pt + i·dh, ow·sw − pl + j·dw] (0 outside), k = (c, i, j)  (MC1)
-//   each output column n belongs to one slice (n0, cn, sk) of `slices`                   (MC2)
+//   each output belongs to one part (m0, mc, n0, cn, sk, kind) of `parts`                 (MC2)
 //   per block [k0, k0 + sk): acc = +0; acc = fma(w[f, k], cols[k, n], acc), k increasing (MC3)
 //   y = the first block's acc, then y = f32(y + acc) for each further block             (MC4)
 //   one row (MLAS's M = 1 kernel): per 4 k t = ((p0 + p1) + p2) + p3 with p = f32(w·x),
