@@ -74,7 +74,7 @@ def stride_k(n: int, k: int) -> tuple[int, int]:
     """(StrideN, StrideK) of MlasSgemmOperation / MlasConvOperation for ``n`` columns, K = ``k``.
 
     >>> stride_k(800, 288), stride_k(64, 576), stride_k(36, 1152), stride_k(100, 27)
-    ((128, 128), (64, 256), (32, 512), (512, 32))"""
+    ((128, 128), (64, 256), (64, 256), (512, 32))"""
     sn, sk = STRIDE_N, STRIDE_K
     if n >= k:
         while sk // 2 >= k:
