@@ -233,7 +233,10 @@ class InferenceSession:
             from quanta.passes.manager import PassManager
             from quanta.passes.rules.ort_float_functions import OrtFloatFunctions
 
-            PassManager([OrtFloatFunctions()]).run(model)
+            # the Conv groups ORT runs in float follow MLAS's schedule for ORT's thread
+            # count, which is this session's (reference/mlas_conv.py)
+            threads = resolve_threads(self._options.intra_op_num_threads)
+            PassManager([OrtFloatFunctions(threads=threads)]).run(model)
         if self._options.dynamic_weight_only:
             # what the graph computes, not an optimization: on every level and target
             from quanta.passes.lower.weight_only_matmul import DynamicWeightMatMuls

@@ -408,6 +408,8 @@ FACTS = OpTable(
         # ONNX Runtime's float LSTM (the same rule file; reference/ort_float.py)
         Op("OrtLSTM", QUANTA, compute=True, macs=MacKind.RECURRENT),
         Op("OrtGRU", QUANTA, compute=True, macs=MacKind.RECURRENT),
+        # ONNX Runtime's float Conv in MLAS's order (the same rule file; reference/mlas_conv.py)
+        Op("MlasConv", QUANTA, compute=True),
         Op("Mod", shape_only=True),
         Op(
             "Mul",

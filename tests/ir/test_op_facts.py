@@ -60,7 +60,7 @@ PINNED = {
     "quanta.passes.coverage.COMPUTE_OPS": {
         "Conv", "ConvTranspose", "MatMul", "Gemm", "Add", "Mul", "Concat", "AveragePool",
         "GlobalAveragePool", "Sigmoid", "LeakyRelu", "Softmax", "LSTM", "GRU", "RNN", "Einsum", *_TABLED,
-        "OrtLSTM", "OrtGRU", "ConvNchwc",
+        "OrtLSTM", "OrtGRU", "ConvNchwc", "MlasConv",
     },
     "quanta.passes.coverage.INTEGER_OF": {
         "Conv": ("QLinearConv", "ConvInteger", "QLinearConv16"),

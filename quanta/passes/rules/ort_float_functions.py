@@ -6,6 +6,8 @@ Rules (each replaces the ONNX function by ORT's computation of it)::
     %y = Tanh(%x: f32)    -> %y = quanta::MlasTanh(%x)          TanhToMlasTanh
     %y.. = LSTM(%x: f32, ...) -> %y.. = quanta::OrtLSTM(...)    LstmToOrtLstm
     %y.. = GRU(%x: f32, ...)  -> %y.. = quanta::OrtGRU(...)     GruToOrtGru
+    %y = Conv(DQ(%x), DQ(w), b?)   (a group ORT does not fuse)   ConvToMlasConv
+                          -> %y = quanta::MlasConv(DQ(%x), DQ(w), b?, threads=T)
     %y = BatchNormalization(%x: f32, s, b, mean, var)             BatchNormToOrtAffine
                           -> %y = Add(Mul(%x, a), c)   a = f32(f32(1 / f32(sqrt(f32(var + eps)))) · s)
                                                        c = f32(b − f32(mean · a))   ([C, 1, ...])
@@ -42,6 +44,21 @@ its Y: pyfrspell's derived-form file ran 1 code from ORT at the decoder's
 DynamicQuantizeLinear (39 output steps) with quanta's GRU, 0 with ORT's. Only a GRU with
 the default activations is rewritten (``quanta::OrtGRU``, docs/float-ops.md (RNN-ORT-GRU)).
 
+Conv: ONNX Runtime fuses a QDQ Conv group (``DQ(x), DQ(w), DQ(b: int32)? -> Conv -> Q``,
+the Conv's only use) into QLinearConv only when x and y are uint8 (on x86 without
+``session.qdqisint8allowed``; 16-bit activations never), after its QDQS8ToU8Transformer
+made uint8 every int8 Q -> DQ pair whose codes only that DequantizeLinear reads (same
+per-tensor zero point): such int8 groups are fused too. Every other Conv fed by
+DequantizeLinears runs as MLAS's float Conv on the dequantized values, whose FMA chains,
+K blocks and M = 1 kernel (:mod:`quanta.kernels.reference.mlas_conv`, docs/float-ops.md
+(MC1)-(MC6)) are not the exact sum quanta's integer path rounds once: codes then differ
+by 1 on 1e-6..2e-4 of a group's outputs, which deep networks grow (nudenet_320n's
+per-channel symmetric file: 16 output steps). ``quanta::MlasConv`` computes that float
+Conv bit for bit; its ``threads`` attribute is ORT's intra-op thread count, which chooses
+MLAS's schedule (the session's own). Only a Conv whose x and w both come from
+DequantizeLinear is rewritten: a float weight is ORT's NCHWc Conv (another order, not
+modelled).
+
 Refused: an input whose element type is known and not float32 (MLAS computes float32
 only; ORT's double Sigmoid is Eigen's, which this does not model).
 
@@ -64,13 +81,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from quanta.ir.graph import Value, result_type
-from quanta.ir.types import F32
+from quanta.ir.types import F32, IntType, QuantType
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import describe
 
 __all__ = [
     "QUANTA_DOMAIN",
     "BatchNormToOrtAffine",
+    "ConvToMlasConv",
     "GruToOrtGru",
     "LstmToOrtLstm",
     "OrtFloatFunctions",
@@ -236,6 +254,147 @@ class GruToOrtGru(LstmToOrtLstm):
     default_names = ("sigmoid", "tanh")
 
 
+def _dq_storage(v: Value | None) -> IntType | None:
+    """The integer storage type a DequantizeLinear producing ``v`` reads, else None."""
+    p = v.producer if v is not None else None
+    if p is None or p.op_type != "DequantizeLinear" or not p.inputs or p.inputs[0] is None:
+        return None
+    t = p.inputs[0].type
+    elem = t.elem if t is not None else None
+    if isinstance(elem, QuantType):
+        elem = elem.storage
+    return elem if isinstance(elem, IntType) else None
+
+
+def _q_storage(v: Value) -> IntType | None:
+    t = v.type
+    elem = t.elem if t is not None else None
+    if isinstance(elem, QuantType):
+        elem = elem.storage
+    return elem if isinstance(elem, IntType) else None
+
+
+def _shape(v: Value | None) -> tuple | None:
+    if v is None:
+        return None
+    if v.type is not None and v.type.shape is not None:
+        return tuple(v.type.shape)
+    c = _constant(v)
+    return None if c is None else tuple(np.shape(c))
+
+
+U8, I8 = IntType(8, False), IntType(8, True)
+
+
+def _s8_pair_to_u8(v: Value | None, m: Match) -> bool:
+    """Whether ORT's QDQS8ToU8Transformer makes the int8 codes ``v`` uint8: ``v`` is a
+    QuantizeLinear's output read by one DequantizeLinear and nothing else (not a graph
+    output), that DequantizeLinear read by one node, both with the same constant
+    per-tensor zero point (qdq_s8_to_u8.cc, after EnsureUniqueDQForNodeUnit)."""
+    if v is None or v.producer is None or v.producer.op_type != "QuantizeLinear":
+        return False
+    if len(v.uses) != 1 or any(o is v for o in m.graph.outputs):
+        return False
+    dq = v.uses[0][0]
+    if dq.op_type != "DequantizeLinear" or len(dq.inputs) < 3 or len(v.producer.inputs) < 3:
+        return False
+    # EnsureUniqueDQForNodeUnit runs first: a DequantizeLinear read twice becomes one per
+    # reader, and the Q then has more than one output edge
+    out = dq.outputs[0]
+    if len(out.uses) != 1 or any(o is out for o in m.graph.outputs):
+        return False
+    zq, zd = _constant(v.producer.inputs[2]), _constant(dq.inputs[2])
+    if zq is None or zd is None or zq.size != 1 or zd.size != 1:
+        return False
+    return int(zq.reshape(-1)[0]) == int(zd.reshape(-1)[0])
+
+
+class ConvToMlasConv(Rule):
+    """%y = Conv(DQ(%x), DQ(w), b?) -> %y = quanta::MlasConv(DQ(%x), DQ(w), b?, threads=T)
+    (module docstring: the Conv groups ONNX Runtime runs in float)"""
+
+    pattern = "y = Conv(x, w, ...)"
+
+    def __init__(self, threads: int = 1) -> None:
+        super().__init__()
+        self.threads = max(1, int(threads))
+
+    def check(self, m: Match) -> Match | NoMatch:
+        conv, x, w, y = m.root, m["x"], m["w"], m["y"]
+        sx, sw = _dq_storage(x), _dq_storage(w)
+        if sx is None or sw is None:
+            return NoMatch("x or w does not come from a DequantizeLinear (not a QDQ Conv group)")
+        bias = conv.inputs[2] if len(conv.inputs) > 2 else None
+        uses = list(y.uses)
+        q = uses[0][0] if len(uses) == 1 else None
+        graph_output = any(o is y for o in m.graph.outputs)
+        if q is not None and q.op_type == "QuantizeLinear" and not graph_output:
+            sy = _q_storage(q.outputs[0])
+            sb = _dq_storage(bias) if bias is not None else IntType(32, True)
+            # QDQS8ToU8Transformer first turns a lone int8 Q -> DQ pair into uint8
+            ux = sx == U8 or (sx == I8 and x.producer is not None and _s8_pair_to_u8(x.producer.inputs[0], m))
+            uy = sy == U8 or (sy == I8 and _s8_pair_to_u8(q.outputs[0], m))
+            if ux and uy and sw.bits == 8 and sb == IntType(32, True):
+                return NoMatch(
+                    "ONNX Runtime fuses this group into QLinearConv (uint8 activations): integer arithmetic"
+                )
+        auto = conv.attrs.get("auto_pad", "NOTSET")
+        auto = auto.decode() if isinstance(auto, bytes) else auto
+        if auto not in ("NOTSET", "VALID", ""):
+            return NoMatch(f"auto_pad {auto} (explicit pads only)")
+        ws = _shape(w)
+        v = w
+        while (
+            ws is None
+            and v.producer is not None
+            and v.producer.op_type in ("DequantizeLinear", "QuantizeLinear")
+        ):
+            # a contrib DequantizeLinear's output may be untyped; Paddle's weights are
+            # Constant -> QuantizeLinear -> DequantizeLinear
+            v = v.producer.inputs[0]
+            ws = _shape(v)
+        if ws is None or len(ws) not in (3, 4) or not all(isinstance(d, int) for d in ws):
+            return NoMatch("w has no known rank 3 or 4 (1-D and 2-D Convs only)")
+        rank = len(ws) - 2
+        strides = [int(v) for v in conv.attrs.get("strides", [1] * rank)]
+        dil = [int(v) for v in conv.attrs.get("dilations", [1] * rank)]
+        pads = (
+            [int(v) for v in conv.attrs.get("pads", [0] * 2 * rank)]
+            if auto in ("NOTSET", "")
+            else [0] * 2 * rank
+        )
+        kernel = [1] * (2 - rank) + list(ws[2:])
+        if ws[1] == 1 and all(v == 1 for v in (*strides, *dil)) and not any(pads) and kernel != [1, 1]:
+            # MlasConvPrepare's GEMM-direct TransB forms (a kernel spanning the input's
+            # width, or its height with width 1) are not modelled: only a known smaller input
+            xs = x.type.shape if x.type is not None else None
+            hw = [1] * (2 - rank) + list(xs[2:]) if xs is not None and len(xs) == rank + 2 else None
+            if hw is None or not all(isinstance(d, int) for d in hw):
+                return NoMatch(
+                    "a one-channel stride-1 unpadded Conv of unknown input size (MLAS may take a GEMM-direct form)"
+                )
+            if kernel[1] == hw[1] or (kernel[0] == hw[0] and kernel[1] == 1):
+                return NoMatch(
+                    "the kernel spans the input's width or height (MLAS's GEMM-direct form, not modelled)"
+                )
+        m.data["pads"] = pads
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        conv = m.root
+        attrs = {k: v for k, v in conv.attrs.items() if k not in ("auto_pad", "pads")}
+        attrs["pads"] = m.data["pads"]
+        attrs["threads"] = self.threads
+        return b.op(
+            "MlasConv",
+            list(conv.inputs),
+            attrs,
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            domain=QUANTA_DOMAIN,
+            name=conv.name or None,
+        )
+
+
 class OrtFloatFunctions(RewritePass):
     name = "ort_float_functions"
     rules = (
@@ -245,3 +404,11 @@ class OrtFloatFunctions(RewritePass):
         LstmToOrtLstm(),
         GruToOrtGru(),
     )
+
+    def __init__(self, threads: int | None = None) -> None:
+        """``threads``: ONNX Runtime's intra-op thread count the float Convs follow (None:
+        Conv groups keep quanta's exact arithmetic; ConvToMlasConv is not run)."""
+        rules = list(type(self).rules)
+        if threads is not None:
+            rules.append(ConvToMlasConv(threads))
+        super().__init__(rules)

@@ -532,3 +532,109 @@ def test_ort_gates_of_the_gru_are_orts_rational_functions():
     assert np.isnan(s[-1]) and np.isnan(t[-1])
     xs = np.linspace(-8, 8, 1001, dtype=np.float32)
     assert np.max(np.abs(deepcpu_tanh(xs) - np.tanh(xs.astype(np.float64)))) < 1e-5
+
+
+def qdq_conv_proto(x_type: int, *, bn: bool = False, producer: str = "onnx.quantize"):
+    """DQ(x) -> Conv(DQ(w), DQ(b)) [-> Mul -> Add] -> Q -> DQ -> Conv -> Q: two Conv groups
+    with 17 input channels, K = 153 (two K blocks at N >= K), distinct scales, nonzero
+    activation zero points."""
+    rng = np.random.default_rng(3)
+    np_x = np.int8 if x_type == TensorProto.INT8 else np.uint8
+    zx = np.array(5 if np_x is np.int8 else 131, np_x)
+    # 7-bit weights (ORT's reduce_range): its fused u8 x s8 kernel on AVX2 sums pairs of
+    # products in int16 (vpmaddubsw), which full-range weights can saturate
+    w1 = rng.integers(-63, 64, (24, 17, 3, 3)).astype(np.int8)
+    w2 = rng.integers(-127, 128, (7, 24, 3, 3)).astype(np.int8)
+    sw1 = rng.uniform(0.002, 0.004, 24).astype(np.float32)
+    inits = [
+        numpy_helper.from_array(np.array(0.0213, np.float32), "sx"),
+        numpy_helper.from_array(zx, "zx"),
+        numpy_helper.from_array(w1, "w1q"),
+        numpy_helper.from_array(sw1, "sw1"),
+        numpy_helper.from_array(np.zeros(24, np.int8), "zw1"),
+        numpy_helper.from_array(w2, "w2q"),
+        numpy_helper.from_array(np.array(0.0031, np.float32), "sw2"),
+        numpy_helper.from_array(np.array(0, np.int8), "zw2"),
+        numpy_helper.from_array(rng.integers(-900, 900, 24).astype(np.int32), "b1q"),
+        # the bias scale sx·sw in float32, as ORT's quantizer writes it (ORT refuses to fuse
+        # a bias whose scale is far from it)
+        numpy_helper.from_array(np.float32(0.0213) * sw1, "sb1"),
+        numpy_helper.from_array(np.array(0.047, np.float32), "sy"),
+        numpy_helper.from_array(np.array(-3 if np_x is np.int8 else 121, np_x), "zy"),
+        numpy_helper.from_array(np.array(0.19, np.float32), "sz"),
+        numpy_helper.from_array(np.array(2 if np_x is np.int8 else 128, np_x), "zz"),
+        numpy_helper.from_array(rng.uniform(0.5, 1.5, (1, 24, 1, 1)).astype(np.float32), "a"),
+        numpy_helper.from_array(rng.uniform(-0.5, 0.5, (1, 24, 1, 1)).astype(np.float32), "c"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["w1q", "sw1", "zw1"], ["w1"], axis=0),
+        helper.make_node("DequantizeLinear", ["b1q", "sb1"], ["b1"], axis=0),
+        helper.make_node("Conv", ["xd", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+    ]
+    if bn:
+        nodes += [helper.make_node("Mul", ["c1", "a"], ["m1"]), helper.make_node("Add", ["m1", "c"], ["y1"])]
+    nodes += [
+        helper.make_node("QuantizeLinear", ["y1" if bn else "c1", "sy", "zy"], ["y1q"]),
+        helper.make_node("DequantizeLinear", ["y1q", "sy", "zy"], ["y1d"]),
+        helper.make_node("DequantizeLinear", ["w2q", "sw2", "zw2"], ["w2"]),
+        helper.make_node("Conv", ["y1d", "w2"], ["c2"], strides=[2, 2], name="conv2"),
+        helper.make_node("QuantizeLinear", ["c2", "sz", "zz"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 17, 61, 53])],
+        [helper.make_tensor_value_info("y", x_type, None)],
+        inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.producer_name = producer
+    return m
+
+
+def conv_feed():
+    return {"x": (np.random.default_rng(8).standard_normal((1, 17, 61, 53)) * 1.3).astype(np.float32)}
+
+
+@pytest.mark.parametrize("bn", [False, True])
+def test_int8_conv_groups_become_mlas_conv_and_match_onnxruntime_codes(bn):
+    """ORT leaves int8-activation Conv groups (and a Conv followed by a per-channel
+    Mul / Add, a folded BatchNormalization) float on x86 unless their Q -> DQ pairs are
+    lone ones it makes uint8: with float_functions="ort" the file's codes are ORT's, every
+    one."""
+    proto = qdq_conv_proto(TensorProto.INT8, bn=bn)
+    model = load(proto)
+    p = OrtFloatFunctions(threads=2)
+    run_passes(model, [p])
+    ops = [n.op_type for n in model.graph.nodes]
+    # conv1 without the Mul / Add: its int8 pairs are lone Q -> DQ pairs, which ORT's
+    # QDQS8ToU8Transformer makes uint8, so ORT fuses it; conv2's codes are the graph output
+    assert ops.count("MlasConv") == (2 if bn else 1)
+    assert ops.count("Conv") == (0 if bn else 1)
+    want = ort_run(proto, conv_feed())[0]
+    so = SessionOptions()
+    so.intra_op_num_threads = 2
+    got = InferenceSession(proto.SerializeToString(), so).run(None, conv_feed())[0]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_uint8_conv_group_that_onnxruntime_fuses_keeps_integer_arithmetic():
+    """x and y uint8, int8 weights, int32 bias, the Conv's only use a QuantizeLinear: ORT
+    runs QLinearConv, which quanta's exact integer path equals."""
+    model = load(qdq_conv_proto(TensorProto.UINT8))
+    p = OrtFloatFunctions(threads=2)
+    run_passes(model, [p])
+    assert [n.op_type for n in model.graph.nodes].count("MlasConv") == 0
+    reasons = {r.reason for r in p.why_not("ConvToMlasConv")}
+    assert reasons == {
+        "ONNX Runtime fuses this group into QLinearConv (uint8 activations): integer arithmetic"
+    }
+
+
+def test_conv_rule_runs_only_with_a_thread_count():
+    """OrtFloatFunctions() (no thread count) leaves Conv groups to quanta's exact path."""
+    model = load(qdq_conv_proto(TensorProto.INT8))
+    run_passes(model, [OrtFloatFunctions()])
+    assert "MlasConv" not in [n.op_type for n in model.graph.nodes]
