@@ -91,8 +91,10 @@ class SessionOptions:
     #: kernels, docs/float-ops.md) or as ONNX Runtime computes them ("ort": MLAS's
     #: rational approximations, ORT's folded batch-norm scale and shift, what a file made
     #: for ORT was calibrated with); "auto": "ort" for a file ORT's quantizer wrote
-    #: (producer "onnx.quantize"), else "onnx". docs/float-ops.md, "ONNX Runtime's
-    #: functions".
+    #: (producer "onnx.quantize"), else "onnx". "ort" by name also runs the QDQ Conv
+    #: groups ORT leaves float in MLAS's float order (bit-identical to ORT at this
+    #: session's thread count, slower than quanta's exact integer sum, which "auto" keeps).
+    #: docs/float-ops.md, "ONNX Runtime's functions" and "ONNX Runtime's float convolution".
     float_functions: str = "auto"
 
     #: quanta's own: run a MatMul whose weight the file stores as 8-bit integers times a
@@ -233,9 +235,15 @@ class InferenceSession:
             from quanta.passes.manager import PassManager
             from quanta.passes.rules.ort_float_functions import OrtFloatFunctions
 
-            # the Conv groups ORT runs in float follow MLAS's schedule for ORT's thread
-            # count, which is this session's (reference/mlas_conv.py)
-            threads = resolve_threads(self._options.intra_op_num_threads)
+            # Asked for by name, the Conv groups ORT runs in float follow MLAS's schedule
+            # for ORT's thread count, which is this session's (reference/mlas_conv.py).
+            # "auto" keeps quanta's exact integer sum for them: ORT's float order costs
+            # 1.6-2.5x their time (docs/float-ops.md, "ONNX Runtime's float convolution").
+            threads = (
+                resolve_threads(self._options.intra_op_num_threads)
+                if self._options.float_functions == "ort"
+                else None
+            )
             PassManager([OrtFloatFunctions(threads=threads)]).run(model)
         if self._options.dynamic_weight_only:
             # what the graph computes, not an optimization: on every level and target

@@ -614,10 +614,34 @@ def test_int8_conv_groups_become_mlas_conv_and_match_onnxruntime_codes(bn):
     assert ops.count("MlasConv") == (2 if bn else 1)
     assert ops.count("Conv") == (0 if bn else 1)
     want = ort_run(proto, conv_feed())[0]
-    so = SessionOptions()
+    so = SessionOptions(float_functions="ort")
     so.intra_op_num_threads = 2
     got = InferenceSession(proto.SerializeToString(), so).run(None, conv_feed())[0]
     np.testing.assert_array_equal(got, want)
+
+
+def test_auto_keeps_the_exact_integer_sum_for_the_conv_groups_onnxruntime_runs_float():
+    """ "auto" on ORT's file takes ORT's float functions but not MLAS's float Conv order
+    (its cost, docs/float-ops.md): no MlasConv step, and the codes are the reference
+    target's; "ort" by name runs both Conv groups as MlasConv."""
+    proto = qdq_conv_proto(TensorProto.INT8, bn=True).SerializeToString()
+
+    def session(option, backend="native"):
+        so = SessionOptions(float_functions=option, enable_profiling=True)
+        so.intra_op_num_threads = 2
+        return InferenceSession(proto, so, backend=backend)
+
+    auto, ort = session("auto"), session("ort")
+    got = auto.run(None, conv_feed())[0]
+    ort.run(None, conv_feed())
+    ref = session("auto", backend="reference").run(None, conv_feed())[0]
+    np.testing.assert_array_equal(got, ref)
+    ops = {
+        name: [st.op_type for st in s.profile_summary(top=1000).steps]
+        for name, s in (("auto", auto), ("ort", ort))
+    }
+    assert "MlasConv" not in ops["auto"]
+    assert ops["ort"].count("MlasConv") == 2
 
 
 def test_uint8_conv_group_that_onnxruntime_fuses_keeps_integer_arithmetic():
