@@ -4,6 +4,7 @@
     python benchmarks/foreign_lsb.py tensor smart_turn_int8 linear_28_QuantizeLinear_Output [--step T]
     python benchmarks/foreign_lsb.py mlas ddddocr_det 943,946 --file /tmp/zoo/run/ddddocr_det.ort_minmax.onnx
     python benchmarks/foreign_lsb.py files /tmp/zoo/run --json out.json [--feeds 3]
+    python benchmarks/foreign_lsb.py --float-functions ort files ...   # ORT's float Conv order too
 
 ``groups``: every QuantizeLinear of activations exposed as a graph output, both engines
 run on the zoo's evaluation feeds; a group (the float ops between the QuantizeLinear and
@@ -275,6 +276,12 @@ def mlas(name: str, path: Path, convs: list[str], tmp: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--float-functions",
+        default="auto",
+        choices=("auto", "onnx", "ort"),
+        help="quanta's SessionOptions.float_functions ('ort': also ORT's float Conv order, docs/float-ops.md)",
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("groups", help="local differences per QDQ group")
     g.add_argument("model")
@@ -295,6 +302,7 @@ def main() -> None:
     f.add_argument("--json", type=Path, required=True)
     f.add_argument("--feeds", type=int, default=3)
     args = ap.parse_args()
+    zoo.QUANTA_FLOAT_FUNCTIONS = args.float_functions
     tmp = Path("/tmp") / f"foreign_lsb_{args.cmd}.onnx"
     if args.cmd == "groups":
         path = args.file or model_of(args.model).path

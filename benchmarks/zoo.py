@@ -82,10 +82,15 @@ def ort_session(path: Path | bytes, threads: int = 0, optimize: bool = True):
     return ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
 
 
+#: quanta's SessionOptions.float_functions for every quanta session of a run
+#: (foreign_lsb.py --float-functions)
+QUANTA_FLOAT_FUNCTIONS = "auto"
+
+
 def quanta_session(path: Path, threads: int = 0):
     import quanta
 
-    so = quanta.SessionOptions()
+    so = quanta.SessionOptions(float_functions=QUANTA_FLOAT_FUNCTIONS)
     so.intra_op_num_threads = threads
     return quanta.InferenceSession(str(path), so)
 
