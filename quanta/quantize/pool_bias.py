@@ -6,18 +6,22 @@ H·W positions. The independent part of its rounding error shrinks by that avera
 level of the grid keeps one rounding error at every position, and the upstream layers'
 mean errors add to it coherently. After the pool the mean error is the error, and the
 1x1 Conv or Gemm that reads the pooled vector (a squeeze-excite gate, a classifier head)
-turns it into a constant shift of its outputs. That shift is measured and subtracted::
+turns it into a constant shift of its outputs. The layer is affine, so its mean output
+is the layer of its mean input, and that shift is measured and subtracted::
 
-    (28) e_c  = mean over feeds of (x̂_c - x_c)      x: the layer's input in the float model,
-                                                      x̂: in the quantized file (quanta's session)
-         b'_o = b_o - Σ_c Ŵ[o, c] · e_c             Ŵ: the layer's dequantized weight
+    (28) shift_o = [Ŵ E[x̂] + b̂]_o - [W E[x] + b]_o,      b̂'_o = b̂_o - shift_o
 
-(for a grouped Conv, c runs over the input channels of o's group; a Gemm's alpha and beta
-are applied). The correction of one layer moves the pooled inputs of the layers after
-it, so e is measured twice: once on the file as built, and again on the file with the
-first corrections, whose e then includes the upstream corrections; the second one is
-kept (exact for two pooled layers in a chain, the usual squeeze-excite gate before a
-pooled head, and a residual for more). On a PP-LCNet classifier (three squeeze-excite
+with x the layer's input in the float model, x̂ in the quantized file (quanta's session),
+E the mean over the calibration feeds and every position, Ŵ, b̂ the file's dequantized
+weight and bias, W, b the float ones (for a grouped Conv, o's group; a Gemm's alpha and
+beta applied). shift = Ŵ (E[x̂] - E[x]) + (Ŵ - W) E[x] + (b̂ - b): the pooled input's mean
+error, and the weight's rounding error that :func:`quanta.quantize.qdq.correct_biases`
+already removed from a layer with a bias (a layer without one keeps it otherwise). A
+correction moves the pooled inputs of the corrected layers after it, so when one
+corrected layer feeds another the file is measured again with the corrections so far
+and the second shift is added (exact for two layers in a chain, the usual squeeze-excite
+gate before a pooled head, a residual for more); layers that do not feed one another (a
+single pooled head) are measured once. On a PP-LCNet classifier (three squeeze-excite
 gates and a pooled head; benchmarks/results/2026-12-06e-fid11.md) this is 17.1 -> 23.2 dB
 logit SQNR.
 
@@ -38,9 +42,12 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from quanta.quantize.range_choice import CAP_DB, mean_sqnr_db
+
 __all__ = ["PASSES", "PoolBias", "correct_pooled", "pooled_layers"]
 
-#: measurements of e (the docstring: the second sees the first pass's corrections)
+#: measurements of e when one corrected layer feeds another (the docstring: the second
+#: sees the first pass's corrections); one otherwise
 PASSES = 2
 
 _VIEWS = frozenset({"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity"})
@@ -53,16 +60,21 @@ class PoolBias:
     layers: dict[str, float] = field(default_factory=dict)
     feeds: int = 0
     reason: str = ""
+    # eq. (28c): output SQNR (dB) on the feeds without ("pass0") and with ("corrected")
+    scores: dict[str, float] = field(default_factory=dict)
 
     def format(self) -> str:
         if not self.layers:
             return f"eq. (28) bias after global pools: not corrected ({self.reason})"
         worst = sorted(self.layers.items(), key=lambda kv: -kv[1])[:5]
         shown = ", ".join(f"{k or '<unnamed>'} {v:.3g}" for k, v in worst)
-        return (
+        line = (
             f"eq. (28) bias after global pools: {len(self.layers)} layer(s) corrected by the mean error of "
             f"their pooled input on {self.feeds} calibration feed(s) (largest output shift: {shown})"
         )
+        if self.scores:
+            line += f"; output SQNR there {self.scores['pass0']:.1f} -> {self.scores['corrected']:.1f} dB"
+        return line
 
 
 def _is_global_mean(node, rank: int | None) -> bool:
@@ -100,9 +112,19 @@ def pooled_layers(graph, plan) -> dict[str, str]:
         while src is not None:
             if src.op_type in _VIEWS:
                 src = src.input(0).producer
-            elif src.op_type in ("Mul", "Div") and len(src.inputs) == 2 and src.input(1) is not None and src.input(1).is_const:
+            elif (
+                src.op_type in ("Mul", "Div")
+                and len(src.inputs) == 2
+                and src.input(1) is not None
+                and src.input(1).is_const
+            ):
                 src = src.input(0).producer  # a constant scale (SmoothQuant's balancing Mul)
-            elif src.op_type == "Mul" and len(src.inputs) == 2 and src.input(0) is not None and src.input(0).is_const:
+            elif (
+                src.op_type == "Mul"
+                and len(src.inputs) == 2
+                and src.input(0) is not None
+                and src.input(0).is_const
+            ):
                 src = src.input(1).producer
             else:
                 break
@@ -129,7 +151,11 @@ def _dequantized(proto: onnx.ModelProto, name: str) -> tuple[np.ndarray, onnx.No
         return None
     q = numpy_helper.to_array(inits[dq.input[0]]).astype(np.float64)
     s = numpy_helper.to_array(inits[dq.input[1]]).astype(np.float64)
-    z = numpy_helper.to_array(inits[dq.input[2]]).astype(np.float64) if len(dq.input) > 2 and dq.input[2] else 0.0
+    z = (
+        numpy_helper.to_array(inits[dq.input[2]]).astype(np.float64)
+        if len(dq.input) > 2 and dq.input[2]
+        else 0.0
+    )
     axis = next((a.i for a in dq.attribute if a.name == "axis"), 1)
     if np.ndim(s) == 1 and q.ndim > 1:
         shape = [1] * q.ndim
@@ -220,17 +246,26 @@ def _apply(proto: onnx.ModelProto, node: onnx.NodeProto, shift: np.ndarray) -> b
             b = numpy_helper.to_array(inits[name])
             if b.size != n_out:
                 return False
-            inits[name].CopyFrom(numpy_helper.from_array((b.astype(np.float64) - shift.reshape(b.shape)).astype(b.dtype), name))
+            inits[name].CopyFrom(
+                numpy_helper.from_array((b.astype(np.float64) - shift.reshape(b.shape)).astype(b.dtype), name)
+            )
             return True
         dq = next((n for n in proto.graph.node if name in n.output), None)
-        if dq is None or dq.op_type != "DequantizeLinear" or dq.input[0] not in inits or dq.input[1] not in inits:
+        if (
+            dq is None
+            or dq.op_type != "DequantizeLinear"
+            or dq.input[0] not in inits
+            or dq.input[1] not in inits
+        ):
             return False
         codes_t = inits[dq.input[0]]
         codes = numpy_helper.to_array(codes_t)
         s = numpy_helper.to_array(inits[dq.input[1]]).astype(np.float64)
         if codes.dtype != np.int32 or codes.size != n_out or (s <= 0).any():
             return False
-        new = np.clip(np.round(codes.astype(np.float64) - shift.reshape(codes.shape) / s), -(2**31), 2**31 - 1)
+        new = np.clip(
+            np.round(codes.astype(np.float64) - shift.reshape(codes.shape) / s), -(2**31), 2**31 - 1
+        )
         codes_t.CopyFrom(numpy_helper.from_array(new.astype(np.int32), codes_t.name))
         return True
     sx, sw = _scale_of(proto, node.input[0]), _scale_of(proto, node.input[1])
@@ -272,21 +307,52 @@ def _apply(proto: onnx.ModelProto, node: onnx.NodeProto, shift: np.ndarray) -> b
     return True
 
 
-def _means(outs: Sequence[Sequence[np.ndarray]], first: int, n: int, axes: Sequence[int]) -> list[np.ndarray]:
-    """Per added output k (graph outputs first .. first + n), its mean over the feeds and
-    every axis but the channels (1 for a Conv input, last for a Gemm's)."""
+def _means(outs: Sequence[Sequence[np.ndarray]], axes: Sequence[int]) -> list[np.ndarray]:
+    """Per value k, its mean per feed over every axis but the channels (1 for a Conv
+    input, last for a Gemm's): [feeds, channels]."""
     res = []
-    for k in range(n):
-        acc, cnt = None, 0
+    for k, axis in enumerate(axes):
+        rows = []
         for o in outs:
-            x = np.asarray(o[first + k], np.float64)
-            ax = axes[k] % x.ndim
-            s = x.sum(axis=tuple(i for i in range(x.ndim) if i != ax))
-            acc = s if acc is None else acc + s
-            cnt += x.size // x.shape[ax]
-        assert acc is not None
-        res.append(acc / max(cnt, 1))
+            x = np.asarray(o[k], np.float64)
+            ax = axis % x.ndim
+            rows.append(x.mean(axis=tuple(i for i in range(x.ndim) if i != ax)))
+        res.append(np.stack(rows))
     return res
+
+
+def _shrunk(d: np.ndarray) -> np.ndarray | None:
+    """Eq. (28b): the mean of the per-feed shifts ``d`` [feeds, outputs], each output's
+    scaled by max(0, 1 - σ²/(n m²)) (None with fewer than two feeds)."""
+    n = d.shape[0]
+    if n < 2:
+        return None
+    m = d.mean(axis=0)
+    v = d.var(axis=0, ddof=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        keep = np.where(m != 0, 1.0 - v / (n * m * m), 0.0)
+    return m * np.clip(keep, 0.0, 1.0)
+
+
+def _chained(proto: onnx.ModelProto, outputs: Sequence[str]) -> bool:
+    """Whether one of the layers (by output name) reads another's output downstream: only
+    then does a correction move the input of a later layer, and a second pass measure it."""
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for n in proto.graph.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    targets = set(outputs)
+    for start in outputs:
+        seen, todo = {start}, [start]
+        while todo:
+            for n in readers.get(todo.pop(), []):
+                for o in n.output:
+                    if o in targets:
+                        return True
+                    if o not in seen:
+                        seen.add(o)
+                        todo.append(o)
+    return False
 
 
 def correct_pooled(
@@ -314,8 +380,12 @@ def correct_pooled(
         return PoolBias(reason="the pooled layers are not in the float model")
     axes = [1 if by_out[k].op_type == "Conv" else -1 for k in names]
     with tempfile.TemporaryDirectory(prefix="quanta-poolbias-") as tmp:
+        n_out = len(quantized.graph.output)
+        scores: dict[str, float] = {}
 
         def probe(m: onnx.ModelProto, inputs: list[str], tag: str) -> list[np.ndarray]:
+            """The per-feed means of ``inputs`` in ``m``; the model's own outputs are kept
+            (``main``) for the check below."""
             p = onnx.ModelProto()
             p.CopyFrom(m)
             have = {o.name for o in p.graph.output}
@@ -323,8 +393,11 @@ def correct_pooled(
             path = os.path.join(tmp, tag + ".onnx")
             onnx.save(p, path)
             outs = outputs(path, feeds)
+            main[tag] = [list(o[:n_out]) for o in outs]
             index = {o.name: i for i, o in enumerate(p.graph.output)}
-            return _means([[o[index[x]] for x in inputs] for o in outs], 0, len(inputs), axes)
+            return _means([[o[index[x]] for x in inputs] for o in outs], axes) if inputs else []
+
+        main: dict[str, list[list[np.ndarray]]] = {}
 
         shifts: dict[str, np.ndarray] = {}
         current = onnx.ModelProto()
@@ -335,20 +408,41 @@ def correct_pooled(
 
         try:
             ref = probe(float_model, [layers[k] for k in names], "float")
-            for p in range(PASSES):
+            for p in range(PASSES if _chained(current, names) else 1):
                 # each pass measures the file with the corrections so far: the second sees
                 # the layers after a corrected one with their pooled inputs moved
                 got = probe(current, [by_out[k].input[0] for k in names], f"pass{p}")
                 for k, r, g in zip(names, ref, got):
                     node = nodes_of(current)[k]
-                    s = _layer_shift(current, node, float_model, f_nodes[k], g, r)
+                    rows = [
+                        _layer_shift(current, node, float_model, f_nodes[k], gi, ri) for gi, ri in zip(g, r)
+                    ]
+                    if any(row is None for row in rows):
+                        continue
+                    s = _shrunk(np.stack([row for row in rows if row is not None]))
                     if s is not None and np.isfinite(s).all() and _apply(current, node, s):
                         shifts[k] = shifts[k] + s if k in shifts else s
                 by_out = nodes_of(current)
+            if shifts:
+                # eq. (28c): the corrected file is kept only when its outputs are closer
+                # to FP32 on these feeds (eq. (24)'s score): a mean error that the layers
+                # after the pool do not pass on linearly (a gate in saturation) is left
+                probe(current, [], "corrected")
+                for t in ("pass0", "corrected"):
+                    score = mean_sqnr_db(main["float"], main[t])
+                    scores[t] = -CAP_DB if score is None else score
         except Exception as e:  # a measurement never makes quantization fail
             return PoolBias(reason=f"the measurement did not run: {type(e).__name__}: {e}"[:200])
     if not shifts:
         return PoolBias(reason="no pooled layer's weight and bias could be corrected")
+    if scores["corrected"] <= scores["pass0"]:
+        return PoolBias(
+            reason=f"the corrected file's outputs were not closer to FP32 on {len(feeds)} calibration feed(s): "
+            f"{scores['corrected']:.1f} dB against {scores['pass0']:.1f} dB",
+            scores=scores,
+        )
     quantized.CopyFrom(current)
     named = {k: by_out[k].name for k in shifts}
-    return PoolBias({named[k] or k: float(np.abs(s).max()) for k, s in shifts.items()}, len(feeds))
+    return PoolBias(
+        {named[k] or k: float(np.abs(s).max()) for k, s in shifts.items()}, len(feeds), scores=scores
+    )

@@ -58,6 +58,7 @@ from quanta.quantize.bodies import BodyScope, plan_bodies, prepare_bodies, quant
 from quanta.quantize.gate_ranges import trim_gate_inputs
 from quanta.quantize.ort_propagation import settle_dq_propagation
 from quanta.quantize.ort_saturation import file_note
+from quanta.quantize.pool_bias import correct_pooled, pooled_layers
 from quanta.quantize.qdq import (
     MAC_OPS,
     VIEW_OPS,
@@ -69,7 +70,6 @@ from quanta.quantize.qdq import (
     plan_qdq,
     resolve_params,
 )
-from quanta.quantize.pool_bias import correct_pooled, pooled_layers
 from quanta.quantize.range_choice import (
     FEEDS,
     MIN_FEEDS,
@@ -219,7 +219,11 @@ class QuantizationSummary:
             else [[c.name, c.op, c.macs, "; ".join(c.reasons)] for c in self.coverage.largest_float(10)],
             "pool_bias": None
             if self.pool_bias is None
-            else {"layers": dict(self.pool_bias.layers), "feeds": self.pool_bias.feeds, "reason": self.pool_bias.reason},
+            else {
+                "layers": dict(self.pool_bias.layers),
+                "feeds": self.pool_bias.feeds,
+                "reason": self.pool_bias.reason,
+            },
             "notes": list(self.notes),
         }
 
@@ -785,7 +789,9 @@ def quantize_static(
         if choice_feeds:
             pool_feeds = choice_feeds[: 2 * FEEDS]
         elif reiterable(calibration_data):
-            pool_feeds = list(iter_feeds(calibration_data, graph.inputs, preprocess=preprocess, limit=2 * FEEDS))
+            pool_feeds = list(
+                iter_feeds(calibration_data, graph.inputs, preprocess=preprocess, limit=2 * FEEDS)
+            )
     lstms = finish(model, plan, bodies, ranges, recipe, gptq if rounded else None)
     model.metadata["quanta.recipe"] = recipe.to_json()
     model.producer_name = "quanta"

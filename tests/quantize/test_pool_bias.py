@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import quanta
 from quanta.ir.onnx_io import load
-from quanta.quantize.pool_bias import PoolBias, _apply, pooled_layers
+from quanta.quantize.pool_bias import PoolBias, _apply, _shrunk, pooled_layers
 from quanta.quantize.qdq import plan_qdq
 from quanta.quantize.recipe import Recipe
 from quanta.quantize.static import recipe_of
@@ -42,7 +42,10 @@ def pooled(head: str = "conv", pool: str = "gap") -> onnx.ModelProto:
         nodes.append(helper.make_node("ReduceMean", ["h"], ["p"], name="mean", axes=axes, keepdims=1))
     if head == "gemm":
         w2 = (rng.standard_normal((C_OUT, C_MID)) * 0.5).astype(np.float32)
-        inits += [numpy_helper.from_array(w2, "w2"), numpy_helper.from_array(np.full(C_OUT, 0.25, np.float32), "b2")]
+        inits += [
+            numpy_helper.from_array(w2, "w2"),
+            numpy_helper.from_array(np.full(C_OUT, 0.25, np.float32), "b2"),
+        ]
         nodes += [
             helper.make_node("Flatten", ["p"], ["f"], name="flat"),
             helper.make_node("Gemm", ["f", "w2", "b2"], ["y"], name="head", transB=1),
@@ -68,9 +71,7 @@ def feeds(n: int, seed: int) -> list[dict[str, np.ndarray]]:
     # each one's rounding error has a mean that the pool keeps
     rng = np.random.default_rng(seed)
     level = np.linspace(-1.0, 1.6, C_IN, dtype=np.float32)[None, :, None, None]
-    return [
-        {"x": (level + 0.01 * rng.standard_normal((2, C_IN, H, W))).astype(np.float32)} for _ in range(n)
-    ]
+    return [{"x": (level + 0.01 * rng.standard_normal((2, C_IN, H, W))).astype(np.float32)} for _ in range(n)]
 
 
 def _plan_targets(model: onnx.ModelProto) -> dict[str, str]:
@@ -113,7 +114,7 @@ def test_the_correction_removes_the_mean_output_error(tmp_path, head):
             src, out, feeds(8, 1), per_channel=False, pool_bias_correction=on, verbose=False
         )
         errors[on] = _mean_error(out, test)
-    assert errors[True].mean() < 0.6 * errors[False].mean()
+    assert errors[True].mean() < 0.75 * errors[False].mean()
     assert summaries[True].pool_bias.layers.keys() == {"head"}
     assert summaries[True].pool_bias.feeds == 8
     assert summaries[False].pool_bias is None
@@ -150,7 +151,12 @@ def test_a_one_shot_iterator_is_not_measured(tmp_path):
     src = tmp_path / "f.onnx"
     onnx.save(pooled("conv"), src)
     s = quanta.quantize_static(
-        src, tmp_path / "q.onnx", iter(feeds(6, 3)), other_ranges="minmax", weight_rounding="nearest", verbose=False
+        src,
+        tmp_path / "q.onnx",
+        iter(feeds(6, 3)),
+        other_ranges="minmax",
+        weight_rounding="nearest",
+        verbose=False,
     )
     assert s.pool_bias is not None and not s.pool_bias.layers
     assert "not corrected" in s.pool_bias.format()
@@ -192,7 +198,9 @@ def test_apply_moves_int32_codes_on_their_scale_and_adds_a_missing_bias():
     inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
     s = inits[added.input[1]]
     np.testing.assert_allclose(s, (np.float32(0.02) * scale).astype(np.float32))
-    np.testing.assert_array_equal(inits[added.input[0]], np.round(-shift / s.astype(np.float64)).astype(np.int32))
+    np.testing.assert_array_equal(
+        inits[added.input[0]], np.round(-shift / s.astype(np.float64)).astype(np.int32)
+    )
     names = [n.name for n in m.graph.node]
     assert names.index(added.name) < names.index("c2")  # still in topological order
     onnx.checker.check_model(m)
@@ -200,3 +208,12 @@ def test_apply_moves_int32_codes_on_their_scale_and_adds_a_missing_bias():
 
 def test_pool_bias_formats_its_reason():
     assert "not corrected (why)" in PoolBias(reason="why").format()
+
+
+def test_the_shift_is_kept_as_far_as_the_feeds_agree_on_it():
+    rng = np.random.default_rng(2)
+    steady = np.tile([0.5, -0.25, 0.0], (7, 1)) + 1e-4 * rng.standard_normal((7, 3))
+    np.testing.assert_allclose(_shrunk(steady), steady.mean(axis=0), atol=1e-4)
+    noisy = rng.standard_normal((7, 17))  # zero mean: most of an estimate of noise is dropped
+    assert np.abs(_shrunk(noisy)).mean() < 0.5 * np.abs(noisy.mean(axis=0)).mean()
+    assert _shrunk(noisy[:1]) is None  # one feed: no spread to judge it by
