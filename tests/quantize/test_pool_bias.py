@@ -140,7 +140,7 @@ def test_the_corrected_file_is_deterministic(tmp_path):
     assert again.pool_bias is not None and again.pool_bias.layers
 
 
-def test_a_model_without_a_pooled_layer_says_why(tmp_path):
+def test_a_model_without_a_pooled_layer_has_no_eq_28_line(tmp_path):
     src = tmp_path / "f.onnx"
     onnx.save(pooled("conv3"), src)
     s = quanta.quantize_static(src, tmp_path / "q.onnx", feeds(4, 3), verbose=False)
