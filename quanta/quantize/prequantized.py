@@ -130,6 +130,7 @@ def prepare_prequantized(
         overrides={**overrides, **recipe.overrides},
         weight_rounding="nearest",
         bias_correction=False,
+        pool_bias_correction=False,  # the file's biases, as its weights: no eq. (28) either
     )
     notes.append(
         "weights quantized again from their dequantized values (nearest rounding, no bias correction)"

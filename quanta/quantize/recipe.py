@@ -224,6 +224,9 @@ class Recipe:
     overrides: dict[str, TensorOverride] = field(default_factory=dict)
     quantize_outputs: bool = False  # Q/DQ on the graph outputs too
     bias_correction: bool = True  # Conv/Gemm biases absorb the mean weight-rounding error
+    # eq. (28) (quanta.quantize.pool_bias): a Conv / Gemm reading a global average pool
+    # absorbs the mean error of its pooled input, measured on the calibration feeds
+    pool_bias_correction: bool = True
     # "gptq": second-order rounding of Conv / Gemm / MatMul weights on the calibration
     # inputs, kept per output row only where it beats nearest rounding on held-out
     # samples (quanta.quantize.rounding); "gptaq": GPTQ, then each layer's integers fitted

@@ -58,6 +58,7 @@ from quanta.quantize.bodies import BodyScope, plan_bodies, prepare_bodies, quant
 from quanta.quantize.gate_ranges import trim_gate_inputs
 from quanta.quantize.ort_propagation import settle_dq_propagation
 from quanta.quantize.ort_saturation import file_note
+from quanta.quantize.pool_bias import correct_pooled, pooled_layers
 from quanta.quantize.qdq import (
     MAC_OPS,
     VIEW_OPS,
@@ -136,6 +137,8 @@ class QuantizationSummary:
     accuracy: Any = None
     # eq. (24): the range set of the tensors outside eq. (22) (quanta.quantize.range_choice)
     range_choice: Any = None
+    # eq. (28): the biases corrected after global average pools (quanta.quantize.pool_bias)
+    pool_bias: Any = None
     # advice that depends on the host, not the file (quanta.quantize.ort_saturation)
     notes: list[str] = field(default_factory=list)
 
@@ -159,6 +162,8 @@ class QuantizationSummary:
             lines.extend(self.accuracy.format().splitlines())
         if self.range_choice is not None:
             lines.append(self.range_choice.format())
+        if self.pool_bias is not None:
+            lines.append(self.pool_bias.format())
         by_op: dict[str, int] = {}
         for _, op in self.quantized:
             by_op[op] = by_op.get(op, 0) + 1
@@ -212,6 +217,13 @@ class QuantizationSummary:
             "largest_float": []
             if self.coverage is None
             else [[c.name, c.op, c.macs, "; ".join(c.reasons)] for c in self.coverage.largest_float(10)],
+            "pool_bias": None
+            if self.pool_bias is None
+            else {
+                "layers": dict(self.pool_bias.layers),
+                "feeds": self.pool_bias.feeds,
+                "reason": self.pool_bias.reason,
+            },
             "notes": list(self.notes),
         }
 
@@ -768,6 +780,18 @@ def quantize_static(
         recipe = dataclasses.replace(recipe, other_ranges=range_choice.choice)
         if range_choice.choice == "minmax":
             ranges = {**ranges, **minmax}
+    # eq. (28) (quanta.quantize.pool_bias): the layers that read a global average pool,
+    # measured on the float model as it is now and on the file once built
+    pooled = pooled_layers(graph, plan) if recipe.pool_bias_correction else {}
+    pool_float = to_proto(model) if pooled else None
+    pool_feeds: list[dict] = []
+    if pooled:
+        if choice_feeds:
+            pool_feeds = choice_feeds[: 2 * FEEDS]
+        elif reiterable(calibration_data):
+            pool_feeds = list(
+                iter_feeds(calibration_data, graph.inputs, preprocess=preprocess, limit=2 * FEEDS)
+            )
     lstms = finish(model, plan, bodies, ranges, recipe, gptq if rounded else None)
     model.metadata["quanta.recipe"] = recipe.to_json()
     model.producer_name = "quanta"
@@ -780,6 +804,11 @@ def quantize_static(
     check_integer_share(report, recipe.min_integer_share, model_output)
     protect = [source_path] if source_path else []
     proto = to_proto(model)
+    pool_bias = None
+    if pooled and pool_float is not None:
+        from quanta.quantize.accuracy import run_outputs as run_file
+
+        pool_bias = correct_pooled(proto, pool_float, pooled, pool_feeds, run_file)
     share_equal_initializers(proto)  # readers whose integer weights came out equal share one
     save(proto, model_output, protect=[*protect, *([model.path] if model.path else [])])
     summary = _summarize(model, plan, lstms, model_output, recipe, samples, time.perf_counter() - t0)
@@ -787,6 +816,7 @@ def quantize_static(
         _summarize_body(summary, scope, recipe)
     summary.coverage = report
     summary.range_choice = range_choice
+    summary.pool_bias = pool_bias
     note = file_note(model_output)
     if note:
         summary.notes.append(note)
