@@ -195,6 +195,7 @@ def optimize_float(
     from quanta.passes.rules.fuse_gru_gates import FuseGRUGates
     from quanta.passes.rules.fuse_layer_norm import FuseLayerNormPass
     from quanta.passes.rules.fuse_lstm_gates import FuseLSTMGates
+    from quanta.passes.rules.fuse_matmul_bias import FuseMatMulBias
     from quanta.passes.rules.fuse_nbits_bias import FuseNBitsBias
     from quanta.passes.rules.hoist_gathered_gemm import HoistGatheredGemm
     from quanta.passes.rules.refine_shapes import RefineShapes
@@ -245,6 +246,7 @@ def optimize_float(
         FuseLayerNormPass(),  # a written-out LayerNorm / RMS norm: one quanta::LayerNormDiv / RMSNormDiv
         FuseGeluPass(opset),  # a GELU written out (erf: five ops, tanh: eight): one Gelu / MlasGeluTanh
         CanonicalizeEinsum(),  # a two-operand Einsum: the MatMul it computes (native float GEMM)
+        FuseMatMulBias(),  # a constant bias Add after a MatMul by a constant: the GEMM's store adds it
         CollapseViews(),  # views of views, unit-axis Transposes, Concat / Split of one: fewer steps
         BlockedFloatLayout(
             enabled=blocked_layout, min_region_macs=SMALL_BLOCKED_REGION_MACS
