@@ -177,7 +177,9 @@ def optimize_float(
     (:mod:`.rules.fuse_gelu`: the same operations, the power-of-two 0.5 moved, so exact
     but where a product is subnormal or overflows); a two-operand Einsum becomes the MatMul it
     computes between Transposes / Reshapes (the float GEMM family's bound instead of
-    np.einsum's unstated order); with ``blocked_layout``, chains of float convolutions and
+    np.einsum's unstated order); a constant bias Add after a MatMul by a constant becomes
+    one ``quanta::MatMulBias`` (:mod:`.rules.fuse_matmul_bias`: the GEMM's store adds it;
+    exact); with ``blocked_layout``, chains of float convolutions and
     the pools, elementwise operators, Concats, Splits and nearest Resizes between them
     exchange NCHW16c tensors (:mod:`.lower.nchwc`: ONNX Runtime's NchwcTransformer;
     direct convolutions over channel blocks, no layout change inside a chain). A MatMul whose

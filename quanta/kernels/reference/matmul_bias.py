@@ -30,4 +30,4 @@ def matmul_bias(ctx: OpContext, a: np.ndarray, w: np.ndarray, bias: np.ndarray) 
         )
     matmul, add = get_op("MatMul"), get_op("Add")
     assert matmul is not None and add is not None
-    return add(ctx, matmul(ctx, a, w), bias)
+    return np.asarray(add(ctx, matmul(ctx, a, w), bias))

@@ -56,13 +56,14 @@ class _BiasIntoMatMul(Rule):
         if bias.ndim > len(a.shape) or any(d != 1 for d in bias.shape[:-1]):
             return NoMatch(f"the bias {list(bias.shape)} broadcasts beyond the product's shape")
         y = m["y"]
-        if y.elem is None or str(y.elem) != "f32":
-            return NoMatch(f"the sum is {y.elem}, expected f32")
+        if y is None or y.elem is None or str(y.elem) != "f32":
+            return NoMatch(f"the sum is {None if y is None else y.elem}, expected f32")
         m.data["bias"] = bias.reshape(n)
         return m
 
     def rewrite(self, m: Match, b: Builder) -> Value:
-        mm = m.node("mm")
+        mm, y = m.node("mm"), m["y"]
+        assert y is not None  # check() refused a missing output
         bias = b.const(f"{mm.name or 'matmul'}_bias", np.asarray(m.data["bias"], np.float32))
         return b.op(
             "MatMulBias",
@@ -70,7 +71,7 @@ class _BiasIntoMatMul(Rule):
             {},
             domain=QUANTA_DOMAIN,
             name=mm.name or None,
-            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            types=result_type(shape_from=y, elem_from=y),
         )
 
 
