@@ -460,6 +460,8 @@ FACTS = OpTable(
         Op("MatMulBf16", QUANTA, shape_only=True, macs=MacKind.MATMUL),  # a bf16 float island
         # a float MatMul of an 8-bit weight (reference/w8.py; passes/lower/weight_only_matmul.py)
         Op("MatMulW8", QUANTA, shape_only=True, macs=MacKind.MATMUL),
+        # a float MatMul and the constant bias Add after it (passes/rules/fuse_matmul_bias.py)
+        Op("MatMulBias", QUANTA, shape_only=True, macs=MacKind.MATMUL),
         Op("MatMulW4A8", QUANTA, shape_only=True, quant=True, stages=LOWERED_ONLY, integer_op=True),
         _integer_op("QLinearMatMul16", QUANTA, macs=MacKind.MATMUL),
         # elementwise groups on 16-bit codes (reference/requant16.py; passes/lower/wide.py)

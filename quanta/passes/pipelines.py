@@ -177,7 +177,9 @@ def optimize_float(
     (:mod:`.rules.fuse_gelu`: the same operations, the power-of-two 0.5 moved, so exact
     but where a product is subnormal or overflows); a two-operand Einsum becomes the MatMul it
     computes between Transposes / Reshapes (the float GEMM family's bound instead of
-    np.einsum's unstated order); with ``blocked_layout``, chains of float convolutions and
+    np.einsum's unstated order); a constant bias Add after a MatMul by a constant becomes
+    one ``quanta::MatMulBias`` (:mod:`.rules.fuse_matmul_bias`: the GEMM's store adds it;
+    exact); with ``blocked_layout``, chains of float convolutions and
     the pools, elementwise operators, Concats, Splits and nearest Resizes between them
     exchange NCHW16c tensors (:mod:`.lower.nchwc`: ONNX Runtime's NchwcTransformer;
     direct convolutions over channel blocks, no layout change inside a chain). A MatMul whose
@@ -195,6 +197,7 @@ def optimize_float(
     from quanta.passes.rules.fuse_gru_gates import FuseGRUGates
     from quanta.passes.rules.fuse_layer_norm import FuseLayerNormPass
     from quanta.passes.rules.fuse_lstm_gates import FuseLSTMGates
+    from quanta.passes.rules.fuse_matmul_bias import FuseMatMulBias
     from quanta.passes.rules.fuse_nbits_bias import FuseNBitsBias
     from quanta.passes.rules.hoist_gathered_gemm import HoistGatheredGemm
     from quanta.passes.rules.refine_shapes import RefineShapes
@@ -245,6 +248,7 @@ def optimize_float(
         FuseLayerNormPass(),  # a written-out LayerNorm / RMS norm: one quanta::LayerNormDiv / RMSNormDiv
         FuseGeluPass(opset),  # a GELU written out (erf: five ops, tanh: eight): one Gelu / MlasGeluTanh
         CanonicalizeEinsum(),  # a two-operand Einsum: the MatMul it computes (native float GEMM)
+        FuseMatMulBias(),  # a constant bias Add after a MatMul by a constant: the GEMM's store adds it
         CollapseViews(),  # views of views, unit-axis Transposes, Concat / Split of one: fewer steps
         BlockedFloatLayout(
             enabled=blocked_layout, min_region_macs=SMALL_BLOCKED_REGION_MACS

@@ -240,6 +240,46 @@ def test_softmax_fully_masked_row_is_nan_and_nan_rows_propagate() -> None:
     every_isa(lambda isa: assert_same(expected, _native.softmax_f32(x), "softmax_f32", isa=isa))
 
 
+@pytest.mark.parametrize("d", [7, 17, 128, 259])
+@pytest.mark.parametrize("mask", ["-inf", "-FLT_MAX", "-1e4", "mixed"])
+def test_softmax_masked_rows_match_twin_every_isa(d: int, mask: str) -> None:
+    """Padding set by an attention mask: x − m is at most −104 in the masked lanes, e = 0
+    (E1). AVX2 computes the results below FLT_MIN (n ≤ −126 in (E6)) as integer units of
+    2^−149 instead of through a subnormal product (a microcode assist per vector); the
+    bytes stay the twin's. "mixed" puts each mask value, and gaps of −80 … −110 (results
+    that are subnormal or round to 0 at the edge), in the same vectors as live logits; the
+    row lengths end in tails of 7, 1 and 3."""
+    rng = np.random.default_rng(d)
+    x = (rng.standard_normal((12, d)) * 3).astype(F32)
+    fill = {"-inf": -np.inf, "-FLT_MAX": np.finfo(F32).min, "-1e4": F32(-1e4)}
+    if mask == "mixed":
+        pick = rng.integers(0, 5, x.shape)
+        x[pick == 1] = -np.inf
+        x[pick == 2] = np.finfo(F32).min
+        x[pick == 3] = F32(-1e4)
+        x[pick == 4] = rng.uniform(-110.0, -80.0, int((pick == 4).sum())).astype(F32)
+        x[:, 0] = F32(0.0)
+    else:
+        x[:, d // 3 :] = fill[mask]  # the padded tail of every row
+        x[-1, d // 5 :] = fill[mask]
+    expected = twin.softmax_rows(x)
+    every_isa(
+        lambda isa: assert_same(expected, _native.softmax_f32(x), "softmax_f32", isa=isa, d=d, mask=mask)
+    )
+
+
+def test_softmax_results_below_flt_min_match_twin_every_isa() -> None:
+    """Rows [0, τ] for every float32 τ in a dense sweep of [−110, −80] (step 2^−9): e = exp(τ)
+    covers every n of (E6) from −150 to −116 (subnormal, rounding to 0, FLT_MIN), and the
+    row sum is 1 + e, so y_1 = e · f32(1 / s) keeps e's bits to within that product."""
+    tau = np.arange(-110.0, -80.0, 2.0**-9).astype(F32)
+    x = np.stack([np.zeros_like(tau), tau], axis=1)
+    x = np.concatenate([x, np.tile(x[:, ::-1], (1, 9))], axis=1)  # a 20-long row: a tail too
+    expected = twin.softmax_rows(x)
+    assert (expected[:, 1] > 0).any() and (expected[:, 1] < np.finfo(F32).tiny).any()
+    every_isa(lambda isa: assert_same(expected, _native.softmax_f32(x), "softmax_f32", isa=isa))
+
+
 def test_softmax_threads_1_and_2_identical() -> None:
     rng = np.random.default_rng(5)
     x = (rng.standard_normal((1, 6, 128, 128)) * 4).astype(F32)  # 6 row chunks

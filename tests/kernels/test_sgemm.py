@@ -142,6 +142,33 @@ def test_packed_streaming_rows_give_the_k_block_bytes(rows: int) -> None:
     every_isa(run)
 
 
+@pytest.mark.parametrize("k", [26, 156, 259, 520])
+@pytest.mark.parametrize("n", [16, 26, 71])
+def test_row_tiles_of_every_height_give_each_rows_bytes(k: int, n: int) -> None:
+    """A row-major A runs in tiles of up to 6 rows on AVX2 (4 on a packed A, 8 on
+    AVX-512), full 16-column tiles with plain loads and stores, edge tiles masked: each
+    element is still one fma chain in increasing k, so a row's bytes do not depend on the
+    tile that computed it. M = 13 is two 6-row tiles and a 1-row tile, 17 ends in 5; K
+    past 258 splits into K blocks; N = 26 is attention's head width (one full and one
+    10-lane tile). Within (FG1) and equal to every row computed alone (a 1-row product)."""
+    rng = np.random.default_rng(k * 100 + n)
+    for m in (5, 6, 7, 12, 13, 17):
+        a, b, bias = normal(rng, m, k), normal(rng, k, n), normal(rng, n)
+        packed = _native.sgemm_pack_b(b)
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        y64, mag = a64 @ b64 + bias, np.abs(a64) @ np.abs(b64) + np.abs(bias)
+
+        def run(isa: str, a=a, b=b, bias=bias, packed=packed, y64=y64, mag=mag, m=m) -> None:
+            for form, bb, nn in (("rowmajor", b, 0), ("packed", None, n)):
+                y = _native.matmul_f32(a, bb, packed if bb is None else None, nn, bias=bias)
+                assert_within_bound(y, y64, mag, k, f"{isa} {form} m={m} k={k} n={n}")
+                for i in range(m):
+                    one = _native.matmul_f32(a[i : i + 1], bb, packed if bb is None else None, nn, bias=bias)
+                    assert one.tobytes() == y[i : i + 1].tobytes(), f"{isa} {form} m={m} k={k} n={n} row {i}"
+
+        every_isa(run)
+
+
 def test_matmul_empty_reduction_is_the_epilogue_of_zero() -> None:
     a, b, bias = np.zeros((3, 0), F32), np.zeros((0, 5), F32), np.arange(5, dtype=F32)
     np.testing.assert_array_equal(_native.matmul_f32(a, b, bias=bias), np.broadcast_to(bias, (3, 5)))

@@ -106,7 +106,8 @@ def test_if_runs_compiled_bodies_not_onnx_reference():
     (step,) = [s for s in sess.plan.steps if s.op_type == "If"]
     assert step.kernel.name == "reference:If(compiled bodies)"
     assert sorted(step.kernel.bodies) == ["else_branch", "then_branch"]
-    assert [s.op_type for s in step.kernel.bodies["then_branch"].plan.steps] == ["MatMul", "Add"]
+    # the body is compiled by the float pipeline: its MatMul and bias Add are one MatMulBias
+    assert [s.op_type for s in step.kernel.bodies["then_branch"].plan.steps] == ["MatMulBias"]
 
 
 def loop_model(nested_if: bool = True) -> onnx.ModelProto:
@@ -502,9 +503,10 @@ def test_plan_counts_and_names_the_steps_of_bodies():
     """plan.fallbacks and plan.total_steps reach into compiled bodies (what `quanta
     bench` reports as "N of M steps ran on reference kernels")."""
     sess = InferenceSession(if_model().SerializeToString(), backend="reference")
-    assert sess.plan.total_steps == 3 + 2 + 3  # main graph, then branch, else branch
+    # main graph, then branch (MatMul + bias Add: one MatMulBias), else branch
+    assert sess.plan.total_steps == 3 + 1 + 3
     (step,) = [s for s in sess.plan.steps if s.op_type == "If"]
-    assert step.kernel.bodies["then_branch"].plan.total_steps == 2
+    assert step.kernel.bodies["then_branch"].plan.total_steps == 1
 
 
 def passthrough_if_model() -> onnx.ModelProto:

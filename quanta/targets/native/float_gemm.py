@@ -17,6 +17,9 @@ ConvTranspose  the GEMM of ``conv_f32`` (a 1x1 convolution    nn_conv.conv_trans
 MatMul         ``matmul_f32``: a constant 2-D B packed at     nn.matmul (np.matmul)
                compile time, every row of A one GEMM; else
                numpy.matmul batching, no copies
+quanta::       ``matmul_f32`` of the packed W with the bias   reference/matmul_bias.py (MatMul,
+MatMulBias     in the epilogue (exact: the native MatMul,     then Add)
+               then the native Add)
 Gemm           ``matmul_f32`` with α and C folded into the    nn.gemm
                epilogue (β·C as a column bias, precomputed
                when C is a constant); a full (M, N) C added
@@ -67,6 +70,7 @@ __all__ = [
     "bind_fused_conv",
     "bind_gemm",
     "bind_matmul",
+    "bind_matmul_bias",
 ]
 
 F32 = np.dtype(np.float32)
@@ -87,7 +91,9 @@ def _f32(a: Any) -> np.ndarray:
 
 
 #: The keyword arguments a binder adds to the node's attributes (Kernel.params).
-_PARAMS = frozenset({"packed", "wshape", "geometry", "b_packed", "n", "const_bias", "clamp", "post", "fold"})
+_PARAMS = frozenset(
+    {"packed", "wshape", "geometry", "b_packed", "n", "const_bias", "bias_col", "clamp", "post", "fold"}
+)
 
 
 def _with_fallback(op_type: str, domain: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -776,6 +782,68 @@ def _matmul_specialized(sig: Specialization, *, b_packed: np.ndarray, n: int) ->
             return matmul(a, None, b_packed, n, None, 1.0, -inf, inf, threads, None)
 
     return guarded(run, _matmul_native, {"b_packed": b_packed, "n": n}, out, reads=1, recordable=True)
+
+
+@_with_fallback("MatMulBias", QUANTA_DOMAIN)
+def _matmul_bias_native(
+    ctx: OpContext,
+    a: Any,
+    w: Any,
+    bias: Any,
+    *,
+    out: np.ndarray | None,
+    b_packed: np.ndarray,
+    n: int,
+    bias_col: np.ndarray,
+) -> np.ndarray:
+    a = _f32(a)
+    if a.ndim < 2:
+        raise _Unsupported
+    y = _native.matmul_f32(a, None, b_packed, n, bias=bias_col, num_threads=_threads(ctx), out=out)
+    return y if out is None else out
+
+
+@register_binder("MatMulBias", QUANTA_DOMAIN)
+def bind_matmul_bias(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """quanta::MatMulBias (passes/rules/fuse_matmul_bias.py): the packed weight's GEMM
+    with the bias added in its store."""
+    del model  # unused
+    if _native is None:
+        return None, "the native extension is not built"
+    a, w, bias = node.input(0), node.input(1), node.input(2)
+    reason = _not_f32("MatMulBias", ("A", a), ("W", w), ("bias", bias))
+    if reason:
+        return None, reason
+    wc, bc = _constant(w), _constant(bias)
+    if wc is None or wc.ndim != 2 or wc.dtype != F32 or bc is None or bc.shape != (wc.shape[1],):
+        return None, "native MatMulBias takes a constant float32 W [K, N] and bias [N]"
+    n = int(wc.shape[1])
+    packed = _native.sgemm_pack_b(np.ascontiguousarray(wc))
+    bias_col = np.ascontiguousarray(bc, dtype=F32)
+    kernel, reason = _kernel(_matmul_bias_native, "matmul_bias_f32", b_packed=packed, n=n, bias_col=bias_col)
+    kernel.specialize = _matmul_bias_specialized
+    return kernel, reason
+
+
+def _matmul_bias_specialized(
+    sig: Specialization, *, b_packed: np.ndarray, n: int, bias_col: np.ndarray
+) -> Callable[..., Any] | None:
+    """The MatMulBias of one A shape (rank >= 2): one ``matmul_f32`` call by position into
+    the planned output (as :func:`_matmul_specialized`)."""
+    shape = sig.shapes[0]
+    if shape is None or len(shape) < 2 or sig.dtypes[0] != F32:
+        return None
+    threads = step_threads(sig, math.prod(shape) * n, SMALL_MACS)
+    matmul, out = _native.matmul_f32, sig.out
+    inf = math.inf
+    target = None if out is None else out.reshape(*shape[:-1], n)
+
+    def run(a: np.ndarray, *rest: Any) -> np.ndarray:
+        y = matmul(a, None, b_packed, n, bias_col, 1.0, -inf, inf, threads, target)
+        return y if out is None else out
+
+    generic = {"b_packed": b_packed, "n": n, "bias_col": bias_col}
+    return guarded(run, _matmul_bias_native, generic, out, reads=1, recordable=True)
 
 
 def _gemm_bias(

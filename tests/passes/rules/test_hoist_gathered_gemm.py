@@ -72,9 +72,11 @@ def test_steps_become_one_product(t_steps, b, k, n, trans_b, bias) -> None:
     for backend in ("reference", "native"):
         sess = quanta.InferenceSession(model, backend=backend)
         ops = [s.op_type for s in sess.plan.steps]
-        # one MatMul for the shared weight; the lone step and the alpha = 2 step stay Gemms
-        assert ops.count("MatMul") == 1 and ops.count("Gemm") == 2, ops
-        assert ops.count("Add") == (t_steps - 1) + (bias != "none")
+        # one MatMul for the shared weight (with its bias Add: one quanta::MatMulBias,
+        # optimize_float's FuseMatMulBias); the lone step and the alpha = 2 step stay Gemms
+        assert ops.count("MatMul") == (bias == "none") and ops.count("Gemm") == 2, ops
+        assert ops.count("MatMulBias") == (bias != "none"), ops
+        assert ops.count("Add") == t_steps - 1
         got = sess.run(None, {"x": x})
         for g, w in zip(got, want, strict=True):
             # the float GEMM bound: K·eps·Σ|x·w| per output, here well under 1e-5 relative
@@ -162,7 +164,7 @@ def test_float16_steps_with_a_weight_copy_each_become_one_product() -> None:
     for backend in ("reference", "native"):
         sess = quanta.InferenceSession(model, backend=backend)
         ops = [s.op_type for s in sess.plan.steps]
-        assert ops.count("MatMul") == 1 and ops.count("Gemm") == 1, ops
+        assert ops.count("MatMul") + ops.count("MatMulBias") == 1 and ops.count("Gemm") == 1, ops
         got = sess.run(None, {"x": x})
         for t, g in enumerate(got):
             wt = numpy_helper.to_array(inits[3 * t]).astype(np.float64)

@@ -31,10 +31,35 @@ inline __m256i tail_mask8(int64_t left) {
 
 // The lane functions of float_ops_simd.h on 8 lanes.
 using simd::F32x8;
+
+// F32x8 whose (E6) never computes with a subnormal: a result below FLT_MIN through the
+// second product of (E6) costs a microcode assist (~100 cycles a vector on Zen 3), and a
+// Softmax row whose padding the mask set to −FLT_MAX or −1e4 has x − m clamped to −104 in
+// every masked lane (n = −150, the result 0). The bytes are scale_pow2's, rne(p · 2^n):
+// - n ≥ −125: p ∈ [0.7, 1.42] (E5), so p · 2^n is normal and both products are F32x8's;
+// - n ≤ −126: q = p · 2^(n+149) is exact (a power of two, q < 1.42 · 2^23), rne(q) is the
+//   result in units of 2^−149 (the least subnormal), and that integer is its bit pattern
+//   (also when it reaches 2^23: exponent field 1, FLT_MIN and above);
+// - NaN n: the comparison is false, the first branch returns NaN as before.
+// A vector without a lane at n ≤ −126 takes scale_pow2 unchanged (one compare and a
+// movemask more).
+struct F32x8NoSubnormal : F32x8 {
+  static V scale_pow2(V p, V n) {
+    const V cut = _mm256_set1_ps(-126.0f);
+    const V sub = _mm256_cmp_ps(n, cut, _CMP_LE_OQ);
+    if (_mm256_movemask_ps(sub) == 0) return F32x8::scale_pow2(p, n);
+    const V y = F32x8::scale_pow2(p, _mm256_max_ps(_mm256_set1_ps(-125.0f), n));  // NaN n: second operand
+    const __m256i e = _mm256_add_epi32(_mm256_cvttps_epi32(_mm256_min_ps(cut, n)), _mm256_set1_epi32(149));
+    const V q = _mm256_mul_ps(p, _mm256_castsi256_ps(pow2_bits(e)));
+    const __m256i units = _mm256_cvttps_epi32(_mm256_round_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    return _mm256_blendv_ps(y, _mm256_castsi256_ps(units), sub);
+  }
+};
+
 // Fused: (EN1)-(EN6) (Kernels::softmax_fused), else (E1)-(E6).
 template <bool Fused>
 inline __m256 exp8_nonpositive(__m256 x) {
-  return Fused ? exp_fused_nonpositive_v<F32x8>(x) : exp_nonpositive_v<F32x8>(x);
+  return Fused ? exp_fused_nonpositive_v<F32x8NoSubnormal>(x) : exp_nonpositive_v<F32x8NoSubnormal>(x);
 }
 
 // (R2)-(R3) from the two halves: lo + hi is the h = 8 step.

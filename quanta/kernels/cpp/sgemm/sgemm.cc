@@ -59,10 +59,14 @@ constexpr int64_t kPrefetchAhead = 128 * kPackNr;
 // The row tiles of rows [m0, m1) over one K block (from k0) and one column tile (t's
 // B, columns, epilogue set): each tile's A and C. `pf`, when given, goes to the first
 // row tile only (the others reuse the micro-panel it brings into L1).
+// Rows of a tile on A: a packed A panel holds kPackMr rows, which a tile must not straddle.
+int tile_rows(const Kernels& kr, const MatA& a) { return a.packed ? kr.mr : kr.mr_rows; }
+
 void run_rows(const Kernels& kr, Tile& t, int64_t m0, int64_t m1, int64_t k, int64_t k0, const MatA& a, float* c,
               int64_t ldc, int64_t j, const float* pf) {
-  for (int64_t i = m0; i < m1; i += kr.mr) {
-    const int r = static_cast<int>(std::min<int64_t>(kr.mr, m1 - i));
+  const int mr = tile_rows(kr, a);
+  for (int64_t i = m0; i < m1; i += mr) {
+    const int r = static_cast<int>(std::min<int64_t>(mr, m1 - i));
     if (a.packed) {
       t.a = a.p + (i / kPackMr) * k * kPackMr + k0 * kPackMr + i % kPackMr;
       t.a_rs = 1;
@@ -88,7 +92,7 @@ void run_rows(const Kernels& kr, Tile& t, int64_t m0, int64_t m1, int64_t k, int
 // ends by storing the accumulators to C and the next reloads them: the same floats).
 void run_block_stream(const Kernels& kr, int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t k, const MatA& a,
                       const MatB& b, float* c, int64_t ldc, const Epilogue& ep) {
-  const int64_t kcb = m1 - m0 <= kr.mr ? k : kKc;
+  const int64_t kcb = m1 - m0 <= tile_rows(kr, a) ? k : kKc;
   for (int64_t jp = n0; jp < n1; jp += kPackNr) {
     const float* panel = b.p + (jp / kPackNr) * k * kPackNr;
     const int64_t jend = std::min(n1, jp + kPackNr);
@@ -134,7 +138,7 @@ void run_block(const Kernels& kr, int64_t m0, int64_t m1, int64_t n0, int64_t n1
       if (b.packed) {
         t.b = b.p + (j / kPackNr) * k * kPackNr + k0 * kPackNr + j % kPackNr;
         t.ldb = kPackNr;
-      } else if (m1 - m0 > kr.mr) {
+      } else if (m1 - m0 > tile_rows(kr, a)) {
         const float* src = b.p + k0 * b.ld + j;
         for (int64_t kk = 0; kk < kc; ++kk) {
           std::memcpy(panel + kk * kr.nr, src + kk * b.ld, static_cast<size_t>(t.nr) * sizeof(float));

@@ -153,7 +153,8 @@ using PackGather8Fn = void (*)(const float* src, const int32_t* base, const int6
 struct Kernels {
   const char* isa;
   int mr, nr;               // the micro-kernel's tile
-  TileFn tile[2][9];        // tile[packed A][r] computes r rows (1 ≤ r ≤ mr); A row-major
+  int mr_rows;              // rows of a tile on a row-major A (≥ mr; tile[0][1 … mr_rows])
+  TileFn tile[2][9];        // tile[packed A][r] computes r rows (1 ≤ r ≤ mr or mr_rows); A row-major
                             // (a[i·a_rs + k]) or packed (a[i + kPackMr·k])
   TileFn tile_indirect[9];  // packed A, B rows through Tile::boff (null: the ISA has none;
                             // the driver packs B panels instead); the same fma chains

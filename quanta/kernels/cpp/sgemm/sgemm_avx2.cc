@@ -1,5 +1,5 @@
 // AVX2 + FMA float micro-kernels (contract: sgemm.h): an R × 16 tile (two ymm columns per
-// row, R ≤ 4: 8 accumulators + 2 B vectors + 1 broadcast of the 16 ymm registers), and
+// row, R ≤ 6 on a row-major A, R ≤ 4 on a packed one), and
 // the depthwise rows, 8 output pixels per ymm, up to 4 ymm per step.
 #include <immintrin.h>
 
@@ -17,10 +17,25 @@ inline __m256i lane_mask(int n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
+// Full: all 8 lanes (plain loads; the bytes of the masked form with every lane set).
+template <bool Full>
+inline __m256 load8(const float* p, __m256i m) {
+  return Full ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, m);
+}
+template <bool Full>
+inline void store8(float* p, __m256i m, __m256 v) {
+  if (Full) {
+    _mm256_storeu_ps(p, v);
+  } else {
+    _mm256_maskstore_ps(p, m, v);
+  }
+}
+
+template <bool Full>
 inline __m256 finish(__m256 v, const Epilogue& ep, float row_bias, const float* col_bias, __m256i m) {
   if (ep.alpha != 1.0f) v = _mm256_mul_ps(v, _mm256_set1_ps(ep.alpha));
   if (ep.bias_row) v = _mm256_add_ps(v, _mm256_set1_ps(row_bias));
-  if (col_bias) v = _mm256_add_ps(v, _mm256_maskload_ps(col_bias, m));
+  if (col_bias) v = _mm256_add_ps(v, load8<Full>(col_bias, m));
   if (ep.lo != -__builtin_inff()) v = _mm256_max_ps(_mm256_set1_ps(ep.lo), v);
   if (ep.hi != __builtin_inff()) v = _mm256_min_ps(_mm256_set1_ps(ep.hi), v);
   return v;
@@ -28,20 +43,24 @@ inline __m256 finish(__m256 v, const Epilogue& ep, float row_bias, const float* 
 
 // Named accumulators, not arrays: GCC stored __m256 accumulator arrays back to the stack
 // on every k step (see sgemm_avx512vnni.cc). `if (R > r)` is resolved at compile time.
-#define QUANTA_SGEMM_ROWS(X) X(0) X(1) X(2) X(3)
+// Six rows (12 accumulators, 2 B vectors, 1 broadcast: 15 of the 16 ymm) keep more FMAs
+// in flight than Zen 3's 2 per cycle × 4 cycles of latency need, and load 8 operands per
+// 12 FMAs instead of 6 per 8; packed A panels are 8 rows, so packed A stops at 4.
+#define QUANTA_SGEMM_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 
-template <int R, bool kPacked>
-void tile(const Tile& t) {
+// Full: nr = 16 (both ymm columns whole).
+template <int R, bool kPacked, bool Full>
+void tile_body(const Tile& t) {
   const __m256i m0 = lane_mask(t.nr), m1 = lane_mask(t.nr - 8);
-  const bool two = t.nr > 8;
+  const bool two = Full || t.nr > 8;
 #define DECL(r) __m256 c0_##r = _mm256_setzero_ps(), c1_##r = _mm256_setzero_ps();
   QUANTA_SGEMM_ROWS(DECL)
 #undef DECL
   if (t.load_c) {
-#define LOADC(r)                                                   \
-  if (R > r) {                                                     \
-    c0_##r = _mm256_maskload_ps(t.c + r * t.ldc, m0);              \
-    if (two) c1_##r = _mm256_maskload_ps(t.c + r * t.ldc + 8, m1); \
+#define LOADC(r)                                            \
+  if (R > r) {                                              \
+    c0_##r = load8<Full>(t.c + r * t.ldc, m0);              \
+    if (two) c1_##r = load8<Full>(t.c + r * t.ldc + 8, m1); \
   }
     QUANTA_SGEMM_ROWS(LOADC)
 #undef LOADC
@@ -50,8 +69,8 @@ void tile(const Tile& t) {
   const float* a = t.a;
   const int64_t rs = kPacked ? 1 : t.a_rs;
   for (int64_t k = 0; k < t.k; ++k) {
-    const __m256 b0 = _mm256_maskload_ps(b, m0);
-    const __m256 b1 = _mm256_maskload_ps(b + 8, m1);
+    const __m256 b0 = load8<Full>(b, m0);
+    const __m256 b1 = load8<Full>(b + 8, m1);
 #define STEP(r)                                        \
   if (R > r) {                                         \
     const __m256 av = _mm256_broadcast_ss(a + r * rs); \
@@ -65,20 +84,29 @@ void tile(const Tile& t) {
   }
   const Epilogue* ep = t.ep;
   const float* cb = ep && ep->bias_col ? ep->bias_col + t.col0 : nullptr;
-#define STORE(r)                                                       \
-  if (R > r) {                                                         \
-    float* c = t.c + r * t.ldc;                                        \
-    __m256 v0 = c0_##r, v1 = c1_##r;                                   \
-    if (ep) {                                                          \
-      const float rb = ep->bias_row ? ep->bias_row[t.row0 + r] : 0.0f; \
-      v0 = finish(v0, *ep, rb, cb, m0);                                \
-      v1 = two ? finish(v1, *ep, rb, cb ? cb + 8 : nullptr, m1) : v1;  \
-    }                                                                  \
-    _mm256_maskstore_ps(c, m0, v0);                                    \
-    if (two) _mm256_maskstore_ps(c + 8, m1, v1);                       \
+#define STORE(r)                                                            \
+  if (R > r) {                                                              \
+    float* c = t.c + r * t.ldc;                                             \
+    __m256 v0 = c0_##r, v1 = c1_##r;                                        \
+    if (ep) {                                                               \
+      const float rb = ep->bias_row ? ep->bias_row[t.row0 + r] : 0.0f;      \
+      v0 = finish<Full>(v0, *ep, rb, cb, m0);                               \
+      v1 = two ? finish<Full>(v1, *ep, rb, cb ? cb + 8 : nullptr, m1) : v1; \
+    }                                                                       \
+    store8<Full>(c, m0, v0);                                                \
+    if (two) store8<Full>(c + 8, m1, v1);                                   \
   }
   QUANTA_SGEMM_ROWS(STORE)
 #undef STORE
+}
+
+template <int R, bool kPacked>
+void tile(const Tile& t) {
+  if (t.nr == 16) {
+    tile_body<R, kPacked, true>(t);
+  } else {
+    tile_body<R, kPacked, false>(t);
+  }
 }
 
 #undef QUANTA_SGEMM_ROWS
@@ -94,7 +122,9 @@ extern const Kernels kKernelsAvx2 = {
     "avx2",
     4,
     16,
-    {{nullptr, tile<1, false>, tile<2, false>, tile<3, false>, tile<4, false>, nullptr, nullptr, nullptr, nullptr},
+    6,
+    {{nullptr, tile<1, false>, tile<2, false>, tile<3, false>, tile<4, false>, tile<5, false>, tile<6, false>, nullptr,
+      nullptr},
      {nullptr, tile<1, true>, tile<2, true>, tile<3, true>, tile<4, true>, nullptr, nullptr, nullptr, nullptr}},
     {},  // tile_indirect: the implicit GEMM packs B panels
     dw::row<simd::F32x8>,

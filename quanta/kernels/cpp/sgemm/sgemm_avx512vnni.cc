@@ -232,6 +232,7 @@ extern const Kernels kKernelsAvx512Vnni = {
     "avx512vnni",
     8,
     32,
+    8,
     {{nullptr, tile<1, false>, tile<2, false>, tile<3, false>, tile<4, false>, tile<5, false>, tile<6, false>,
       tile<7, false>, tile<8, false>},
      {nullptr, tile<1, true>, tile<2, true>, tile<3, true>, tile<4, true>, tile<5, true>, tile<6, true>, tile<7, true>,

@@ -79,6 +79,7 @@ extern const Kernels kKernelsPortable = {
     "portable",
     4,
     kNr,
+    4,
     {{nullptr, tile<1, false>, tile<2, false>, tile<3, false>, tile<4, false>, nullptr, nullptr, nullptr, nullptr},
      {nullptr, tile<1, true>, tile<2, true>, tile<3, true>, tile<4, true>, nullptr, nullptr, nullptr, nullptr}},
     {},  // tile_indirect: the implicit GEMM packs B panels

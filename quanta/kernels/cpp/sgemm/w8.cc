@@ -90,8 +90,8 @@ void gemm_w8(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const
           t.ep = last ? &ep : nullptr;
           t.col0 = j;
           t.a_rs = lda;
-          for (int64_t i = 0; i < m; i += kr.mr) {
-            const int r = static_cast<int>(std::min<int64_t>(kr.mr, m - i));
+          for (int64_t i = 0; i < m; i += kr.mr_rows) {
+            const int r = static_cast<int>(std::min<int64_t>(kr.mr_rows, m - i));
             t.a = a + i * lda + k0;
             t.c = c + i * n + j;
             t.row0 = i;
