@@ -408,6 +408,9 @@ FACTS = OpTable(
         # ONNX Runtime's float LSTM (the same rule file; reference/ort_float.py)
         Op("OrtLSTM", QUANTA, compute=True, macs=MacKind.RECURRENT),
         Op("OrtGRU", QUANTA, compute=True, macs=MacKind.RECURRENT),
+        # ONNX Runtime's ReduceMean / ReduceSum order over the trailing axes (the same rule file)
+        Op("OrtReduceMean", QUANTA, shape_only=True),
+        Op("OrtReduceSum", QUANTA, shape_only=True),
         Op("Mod", shape_only=True),
         Op(
             "Mul",
