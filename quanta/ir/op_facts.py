@@ -410,6 +410,9 @@ FACTS = OpTable(
         Op("OrtGRU", QUANTA, compute=True, macs=MacKind.RECURRENT),
         # ONNX Runtime's float Conv in MLAS's order (the same rule file; reference/mlas_conv.py)
         Op("MlasConv", QUANTA, compute=True),
+        # ONNX Runtime's ReduceMean / ReduceSum order over the trailing axes (the same rule file)
+        Op("OrtReduceMean", QUANTA, shape_only=True),
+        Op("OrtReduceSum", QUANTA, shape_only=True),
         Op("Mod", shape_only=True),
         Op(
             "Mul",

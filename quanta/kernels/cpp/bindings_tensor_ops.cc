@@ -11,6 +11,8 @@
 //   reduce_rows_f32(op, x, num_threads=1, out=None) -> y     x [R, D]; sum, sum_square, max, min, prod
 //   reduce_middle_f32(op, x, num_threads=1, out=None) -> y   x [outer, D, inner]: the same
 //     operations over D, y [outer, inner]
+//   ort_reduce_rows_f32(x, mean, num_threads=1, out=None) -> y   x [R, n]: ONNX Runtime's row sum / mean
+//     in Eigen's order (tensor_ops/ort_reduce.h)
 //   reduce_rows_int(op, x, num_threads=1, out=None) -> y     x [R, D] int32 / int64; sum, sum_square,
 //     sum_abs, prod (wrapping), max, min
 //   scatter_f32(op, y, positions, updates) -> None           y[p_i] op= u_i in order (add, mul), float32
@@ -67,6 +69,7 @@
 #include "tensor_ops/gather_elements.h"
 #include "tensor_ops/grid_sample.h"
 #include "tensor_ops/nms.h"
+#include "tensor_ops/ort_reduce.h"
 #include "tensor_ops/roi_align.h"
 #include "tensor_ops/topk.h"
 
@@ -253,6 +256,18 @@ py::array reduce_rows_f32(const std::string& op_name, const py::handle& x_obj, i
   run_or_record([=]() mutable {
     tensor_ops::reduce_rows(static_cast<tensor_ops::Reduce>(op), x.data(), x.shape(0), x.shape(1),
                             static_cast<float*>(y.mutable_data()), num_threads, active_isa());
+  });
+  return y;
+}
+
+py::array ort_reduce_rows_f32(const py::handle& x_obj, bool mean, int num_threads, const py::object& out_obj) {
+  auto x = require_array<float>(x_obj, "ort_reduce_rows_f32: x");
+  if (x.ndim() != 2) throw py::value_error("ort_reduce_rows_f32: x: expected [rows, n], got " + shape_str(shape_of(x)));
+  check_threads(num_threads, "ort_reduce_rows_f32");
+  auto y = make_output(out_obj, x.dtype(), Shape{x.shape(0)}, "ort_reduce_rows_f32", {x});
+  run_or_record([=]() mutable {
+    tensor_ops::ort_reduce_rows(x.data(), x.shape(0), x.shape(1), mean, static_cast<float*>(y.mutable_data()),
+                                num_threads);
   });
   return y;
 }
@@ -960,6 +975,8 @@ void register_tensor_ops(py::module_& m) {
         "y[p_i] = y[p_i] op u_i in order, op add or mul, float32, in place (tensor_ops/scatter.h).");
   m.def("reduce_rows_f32", &reduce_rows_f32, arg("op"), arg("x"), arg("num_threads") = 1, arg("out") = none,
         "Row sum / sum of squares (R1)-(R3), max / min (M1)-(M3), product (P16) of x [R, D] float32.");
+  m.def("ort_reduce_rows_f32", &ort_reduce_rows_f32, arg("x"), arg("mean"), arg("num_threads") = 1, arg("out") = none,
+        "ONNX Runtime's row sum (mean: / f32(n)) of x [R, n] float32 in Eigen's order (ER1)-(ER4).");
   m.def("reduce_middle_f32", &reduce_middle_f32, arg("op"), arg("x"), arg("num_threads") = 1, arg("out") = none,
         "The reduce_rows_f32 operations over the middle axis of x [outer, d, inner] float32 -> [outer, inner].");
   m.def("reduce_rows_int", &reduce_rows_int, arg("op"), arg("x"), arg("num_threads") = 1, arg("out") = none,

@@ -4,29 +4,36 @@ Runtime's CPU kernels compute them (normative reference).
 These ops have no ONNX spec; their definition is ONNX Runtime's CPU implementation
 (contrib_ops/cpu/quantization/qlinear_softmax.cc, qlinear_where.cc, quantize_ops.cc).
 
-QLinearSoftmax (ORT: a 256-entry float32 table of exponentials, then MLAS's
-``MlasComputeQSoftmax`` row kernels)::
+QLinearSoftmax (ORT 1.32's CPU kernel, contrib_ops ``QlinearSoftmaxCPU<T>``: a 256-entry
+float32 table of exponentials, a float32 row sum in index order, one float64 division per
+element)::
 
     D        = x.shape[axis]            (opset >= 13)   or   Π x.shape[axis:]   (opset < 13,
                                                             the input coerced to [N, D])
-    s        = max(0, ln(f32(FLT_MAX / D)) − 5) / sx                          float64    (1)
+    s        = max(0, f32(logf(f32(FLT_MAX / D))) − 5) / sx                    float64    (1)
     T[j]     = f32(exp((j − 255 + s) · sx)),  j = 0..255                      float64    (2)
     d        = max(x_row) − x       (0..255: T[255 − d] = exp(sx·(x − max)) · e^(s·sx))
     sum      = Σ T[255 − d]   in float32, in index order                                 (3)
-    m        = f32(f32(1 / sum) · Ys),   Ys = f32(floor(f32(1 / sy)))                     (4)
-    y        = sat(rne(f32(f32(T[255 − d] · m) + zy)))                                   (5)
+    Ys       = f32(floor(f32(1 / sy)))                                                   (4)
+    y        = sat(rne(f64(T[255 − d]) · Ys / f64(sum)) + zy)             float64        (5)
 
 - ``x_zero_point`` is not read: softmax is shift invariant and only ``max − x`` is used.
-- (1) makes the largest term ``e^(s·sx) = FLT_MAX / (D · e^5)`` so the sum cannot overflow;
-  (4) multiplies by the reciprocal of the sum, so nothing overflows either (for D = 1 the
-  older ``f32(T · Ys) / sum`` form reached +inf); ``zy`` is added before rounding (5).
+- (1) makes the largest term ``e^(s·sx) = FLT_MAX / (D · e^5)`` so the sum cannot
+  overflow. The logarithm is float32's (``logf``); ``f32(log(q))`` here equals glibc's
+  logf for every D below 60,594 (22 of the D up to 2^20 differ by one ulp, the first at
+  60,594: not modelled). With float64's log unrounded the table differs by one ulp in
+  some entries, which moved a code on one of 10^5 values (lore_proc's first
+  QLinearSoftmax, 3 LSB at the model's output).
+- (5) rounds the float64 quotient half to even, then adds ``zy`` (so an odd ``zy`` does
+  not change which way a tie goes), then saturates to the storage type.
 - The output scale is ``1 / Ys``, not ``sy``, whenever ``1 / sy`` is not an integer
   (ORT's quantizer always picks ``sy = 1/256``, where the two agree).
-- vs ORT 1.32: its MLAS kernels are chosen by CPU (AVX2, AVX-512, portable) and sum (3) in
-  SIMD lanes, some with an FMA in (5); those reorderings move ``T·m + zy`` by float32 ulps,
-  which changes a code by 1 only where the value lies within those ulps of an x.5 boundary
-  (measured: about 2 in 10^5 codes). int8 results saturate to [-128, 127] as ORT's packing
-  instructions do (older ORT wrapped values above 127 through an ``int8_t`` cast).
+- vs ORT 1.32 on x86-64: bit for bit (uint8 / int8, odd zero points, sy ≠ 1/256, D from 1
+  to 300; ``test_qlinear_softmax_is_onnxruntime_bit_for_bit``). ORT's wheel runs this
+  contrib kernel, not MLAS's ``MlasComputeQSoftmax`` (whose AVX2 / AVX-512 kernels sum a
+  row in SIMD lanes and multiply by a float32 reciprocal): the library holds no gather
+  instruction, and its QLinearSoftmax loop is scalar (``addss`` over the row, then
+  ``mulsd`` / ``divsd`` / ``nearbyint``).
 
 QLinearWhere::
 
@@ -114,8 +121,10 @@ def softmax_exp_table(x_scale: float | np.ndarray, reduce_len: int) -> np.ndarra
     sx = float(F32(x_scale))
     if reduce_len < 1:
         raise OpError(f"QLinearSoftmax: expected a reduced dimension of size >= 1, got {reduce_len}")
-    # FLT_MAX / D divides in float32 (C++ float / size_t); the log and the rest in double.
-    shift = max(0.0, math.log(float(_FLT_MAX / F32(reduce_len))) - 5.0) / sx
+    # FLT_MAX / D divides in float32 (C++ float / size_t), the log is logf (float32, then
+    # widened), the rest is double.
+    log_q = float(F32(math.log(float(_FLT_MAX / F32(reduce_len)))))
+    shift = max(0.0, log_q - 5.0) / sx
     j = np.arange(256, dtype=np.float64)
     return np.exp((j - 255.0 + shift) * sx).astype(F32)
 
@@ -161,11 +170,11 @@ def qlinear_softmax(
     d = rows.max(axis=1, keepdims=True).astype(np.int64) - rows.astype(np.int64)
     vt = table[255 - d]
     vsum = np.cumsum(vt, axis=1, dtype=F32)[:, -1:]  # (3): cumsum accumulates in order
-    ys = F32(np.floor(np.divide(F32(1.0), sy, dtype=F32)))
-    m = np.multiply(np.divide(F32(1.0), vsum, dtype=F32), ys, dtype=F32)  # (4)
-    v = np.add(np.multiply(vt, m, dtype=F32), F32(zy), dtype=F32)  # (5), before rounding
+    ys = F32(np.floor(np.divide(F32(1.0), sy, dtype=F32)))  # (4)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        v = (vt.astype(np.float64) * float(ys)) / vsum.astype(np.float64)  # (5), float64
     qmin, qmax = storage_range(x.dtype)
-    q = np.clip(np.rint(v), qmin, qmax).astype(x.dtype)  # rint: half to even; then saturate
+    q = np.clip(np.rint(v) + zy, qmin, qmax).astype(x.dtype)  # rint: half to even; + zy; saturate
 
     if opset < 13:
         return q.reshape(x.shape)

@@ -31,6 +31,20 @@ products by the same MLAS GEMM blocks, z by MLAS's logistic, r and the candidate
 own rational sigmoid and tanh (``deepcpu_sigmoid`` / ``deepcpu_tanh``), in its order
 (docs/float-ops.md (RNN-ORT-GRU)). ORT's ``quantize_dynamic`` keeps a GRU float and
 quantizes its Y again with DynamicQuantizeLinear (pyfrspell's files).
+
+``OrtReduceSum`` / ``OrtReduceMean`` are float32 ReduceSum / ReduceMean over the trailing
+axes as ORT's CPU kernel computes them (reduction_ops.h ``FastReduceKR``: rows [R, N],
+each row summed by Eigen's ``.sum()`` on a ``Map``, SSE packets of 4 in ORT's x86-64
+build, then ``/ f32(N)`` for the mean), docs/float-ops.md (ER1)-(ER4)::
+
+    (ER1) a0 = min((−d·N) mod 4, N): row d's elements before a 16-byte boundary of ORT's
+          buffer (its arena and NumPy's feeds are 16-byte aligned)
+    (ER2) P_k = x[a0 + 4k .. a0 + 4k + 3], k < K = (N − a0) // 4; p0 = P_0, p1 = P_1 and
+          p0 += P_2j, p1 += P_2j+1 for j = 1 .. K//2 − 1; then p0 += p1 (K >= 2) and
+          p0 += P_K−1 when K is odd (and >= 3)
+    (ER3) s = f32(f32(p0[0] + p0[2]) + f32(p0[1] + p0[3])), then s += x[i] for i < a0
+          and for i >= a0 + 4K, in increasing i
+    (ER4) K = 0: s = x[0], then s += x[i], i = 1 .. N − 1
 """
 
 from __future__ import annotations
@@ -47,12 +61,15 @@ from quanta.kernels.reference.rnn import default_activations, gru, lstm
 
 __all__ = [
     "QUANTA_DOMAIN",
+    "eigen_sum_rows",
     "mlas_gelu_tanh",
     "mlas_gelu_tanh_op",
     "mlas_logistic_op",
     "mlas_tanh_op",
     "ort_gru_op",
     "ort_lstm_op",
+    "ort_reduce_mean_op",
+    "ort_reduce_sum_op",
 ]
 
 QUANTA_DOMAIN = "quanta"
@@ -139,3 +156,97 @@ def ort_gru_op(
     only (the rule that writes this op keeps any other GRU as it is)."""
     _check_rnn("GRU", inputs, activations, attrs)
     return gru(*inputs, **attrs, functions="ort")[: max(1, ctx.n_outputs)]
+
+
+# --------------------------------------------------------------------------------------
+# ReduceSum / ReduceMean over the trailing axes: Eigen's packet order (ER1)-(ER4)
+# --------------------------------------------------------------------------------------
+
+#: floats in one of Eigen's SSE packets (ORT's x86-64 build compiles Eigen for SSE)
+EIGEN_PACKET = 4
+
+
+def eigen_sum_rows(rows: np.ndarray) -> np.ndarray:
+    """Sum of every row of ``rows`` [R, N] (float32, row d at element d·N of a 16-byte
+    aligned buffer) in Eigen's order (ER1)-(ER4) (module docstring); shape [R].
+
+    >>> v = np.array([[1e8, 1, 1, 1, 1, 1, 1, 1, 1]], np.float32)   # a0 = 0, K = 2
+    >>> float(eigen_sum_rows(v)[0])                                  # (1e8 + 1 + ...) in lanes
+    100000008.0
+    """
+    rows = np.asarray(rows, np.float32)
+    r, n = rows.shape
+    out = np.zeros(r, np.float32)
+    if r == 0 or n == 0:
+        return out
+    d = np.arange(r, dtype=np.int64)
+    a0_of = np.minimum((-d * n) % EIGEN_PACKET, n)  # (ER1)
+    add = np.add
+    for a0 in np.unique(a0_of):
+        sel = np.nonzero(a0_of == a0)[0]
+        x = rows[sel]
+        a0 = int(a0)
+        k = (n - a0) // EIGEN_PACKET
+        if k == 0:  # (ER4)
+            s = x[:, 0].copy()
+            for i in range(1, n):
+                s = add(s, x[:, i])
+            out[sel] = s
+            continue
+        pk = x[:, a0 : a0 + EIGEN_PACKET * k].reshape(len(sel), k, EIGEN_PACKET)
+        p0 = pk[:, 0].copy()  # (ER2)
+        if k >= 2:
+            p1 = pk[:, 1].copy()
+            for j in range(1, k // 2):
+                p0 = add(p0, pk[:, 2 * j])
+                p1 = add(p1, pk[:, 2 * j + 1])
+            p0 = add(p0, p1)
+            if k % 2:
+                p0 = add(p0, pk[:, k - 1])
+        s = add(add(p0[:, 0], p0[:, 2]), add(p0[:, 1], p0[:, 3]))  # (ER3)
+        for i in list(range(a0)) + list(range(a0 + EIGEN_PACKET * k, n)):
+            s = add(s, x[:, i])
+        out[sel] = s
+    return out
+
+
+def trailing_rows(
+    op: str, x: np.ndarray, axes: Sequence[int] | None
+) -> tuple[np.ndarray, tuple[int, ...], int]:
+    """``x`` as rows [R, N] over its trailing ``axes`` (every axis when None or empty), the
+    kept dimensions, and how many axes are reduced."""
+    rank = x.ndim
+    chosen = list(range(rank)) if not axes else sorted({int(a) % max(rank, 1) for a in axes})
+    if chosen != list(range(rank - len(chosen), rank)):
+        raise OpError(f"{op}: axes {list(axes or [])} are not the trailing axes of a rank-{rank} input")
+    kept = tuple(x.shape[: rank - len(chosen)])
+    n = int(np.prod(x.shape[rank - len(chosen) :], dtype=np.int64))
+    rows = np.ascontiguousarray(x).reshape(int(np.prod(kept, dtype=np.int64)), n)
+    return rows, kept, len(chosen)
+
+
+def _ort_reduce(
+    op: str, ctx: OpContext, x: np.ndarray, axes: Sequence[int] | None, keepdims: int, mean: bool
+):
+    rows, kept, reduced = trailing_rows(op, _f32(ctx, x), axes)
+    s = eigen_sum_rows(rows)
+    if mean:
+        with np.errstate(invalid="ignore"):  # N = 0: 0 / 0
+            s = np.divide(s, np.float32(rows.shape[1]), dtype=np.float32)
+    return s.reshape(kept + (1,) * reduced if keepdims else kept)
+
+
+@register("OrtReduceSum", QUANTA_DOMAIN)
+def ort_reduce_sum_op(ctx: OpContext, x: np.ndarray, *, axes: Sequence[int] | None = None, keepdims: int = 1):
+    """quanta OrtReduceSum-1: float32 ReduceSum over the trailing ``axes`` (all when
+    absent) as ORT computes it, (ER1)-(ER4) (module docstring)."""
+    return _ort_reduce("OrtReduceSum", ctx, x, axes, keepdims, mean=False)
+
+
+@register("OrtReduceMean", QUANTA_DOMAIN)
+def ort_reduce_mean_op(
+    ctx: OpContext, x: np.ndarray, *, axes: Sequence[int] | None = None, keepdims: int = 1
+):
+    """quanta OrtReduceMean-1: float32 ReduceMean over the trailing ``axes`` (all when
+    absent) as ORT computes it: f32(s / f32(N)), s by (ER1)-(ER4) (module docstring)."""
+    return _ort_reduce("OrtReduceMean", ctx, x, axes, keepdims, mean=True)

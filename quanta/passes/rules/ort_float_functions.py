@@ -8,6 +8,8 @@ Rules (each replaces the ONNX function by ORT's computation of it)::
     %y.. = GRU(%x: f32, ...)  -> %y.. = quanta::OrtGRU(...)     GruToOrtGru
     %y = Conv(DQ(%x), DQ(w), b?)   (a group ORT does not fuse)   ConvToMlasConv
                           -> %y = quanta::MlasConv(DQ(%x), DQ(w), b?, threads=T)
+    %y = ReduceMean|ReduceSum(%x: f32, axes?)                    ReduceToOrtReduce
+                          -> %y = quanta::OrtReduceMean|OrtReduceSum(%x)   axes: the trailing ones
     %y = BatchNormalization(%x: f32, s, b, mean, var)             BatchNormToOrtAffine
                           -> %y = Add(Mul(%x, a), c)   a = f32(f32(1 / f32(sqrt(f32(var + eps)))) · s)
                                                        c = f32(b − f32(mean · a))   ([C, 1, ...])
@@ -62,6 +64,19 @@ modelled).
 Refused: an input whose element type is known and not float32 (MLAS computes float32
 only; ORT's double Sigmoid is Eigen's, which this does not model).
 
+ReduceMean / ReduceSum over the trailing axes: ONNX Runtime's CPU kernel sums each row
+[R, N] with Eigen's ``.sum()`` (reduction_ops.h ``FastReduceKR``): packets of 4 from the
+row's first 16-byte boundary, two packet accumulators, a horizontal add, then the
+elements outside the packets (docs/float-ops.md (ER1)-(ER4)); quanta's sums 16 lanes
+(R1)-(R3). ``table_obj_q`` (rapid-table-det's detector as ORT's ``quantize_dynamic``
+shipped it) feeds a squeeze-excite ReduceMean over H·W into DynamicQuantizeLinear: the
+two orders differ in 60 of 64 channels, and the codes differ from there on. Refused:
+other axes (ORT reduces them as KRK / RK, by MLAS's SGEMM or column loops: not modelled),
+axes that are not constants, an input that is not float32, and the reductions of a norm
+written out (a ReduceMean whose output is subtracted from its own input, or whose input
+is Pow(a, 2) or Mul(a, a)): those stay for FuseLayerNorm / FuseRMSNorm, whose row
+kernels sum with (R1)-(R3), and ORT fuses such norms into its own kernels too.
+
 BatchNormalization: ONNX Runtime's CPU kernel (batch_norm.h, inference) folds the
 statistics into one scale and shift per channel in float32 and computes
 ``f32(f32(x · a) + c)``; quanta's (nn_norm.batch_normalization) computes
@@ -80,7 +95,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from quanta.ir.graph import Value, result_type
+from quanta.ir.graph import Node, Value, result_type
 from quanta.ir.types import F32, IntType, QuantType
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import describe
@@ -92,6 +107,7 @@ __all__ = [
     "GruToOrtGru",
     "LstmToOrtLstm",
     "OrtFloatFunctions",
+    "ReduceToOrtReduce",
     "SigmoidToMlasLogistic",
     "TanhToMlasTanh",
     "ort_batchnorm_affine",
@@ -201,6 +217,74 @@ class BatchNormToOrtAffine(Rule):
             [scaled, b.const(f"{name}_ort_shift", c.reshape(-1, *trailing))],
             types=result_type(shape_from=y, elem_from=y),
             name=name,
+        )
+
+
+def _is_square(v: Value) -> bool:
+    """``v`` is Pow(a, 2) or Mul(a, a): a written-out norm's squares."""
+    p = v.producer
+    if p is None or p.domain:
+        return False
+    if p.op_type == "Mul" and len(p.inputs) == 2:
+        return p.inputs[0] is p.inputs[1]
+    if p.op_type == "Pow" and len(p.inputs) == 2:
+        e = _constant(p.inputs[1])
+        return e is not None and e.size == 1 and float(e.reshape(-1)[0]) == 2.0
+    return False
+
+
+def _is_centred(node: Node) -> bool:
+    """The output of ReduceMean ``node`` is subtracted from its own input (a LayerNorm's mean)."""
+    x = node.inputs[0]
+    return any(
+        c.op_type == "Sub" and not c.domain and c.inputs[0] is x and c.inputs[1] is node.outputs[0]
+        for c in node.outputs[0].consumers()
+    )
+
+
+class ReduceToOrtReduce(Rule):
+    """%y = ReduceMean|ReduceSum(%x: f32, axes?) -> %y = quanta::OrtReduceMean|OrtReduceSum(%x)
+    (module docstring: ONNX Runtime's order of a reduction over the trailing axes)"""
+
+    pattern = "y = ReduceMean|ReduceSum(x, ...)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        node, x = m.root, m["x"]
+        if node.domain:
+            return NoMatch(f"{node.op_type} is in domain {node.domain!r}")
+        if x.type is None or x.type.elem != F32 or x.type.shape is None:
+            return NoMatch(f"input {describe(x)} is not float32 of known rank")
+        rank = len(x.type.shape)
+        if len(node.inputs) > 1 and node.inputs[1] is not None:
+            axes = _constant(node.inputs[1])
+            if axes is None:
+                return NoMatch(f"axes {describe(node.inputs[1])} are not a constant")
+            values = [int(a) for a in axes.reshape(-1)]
+        else:
+            values = [int(a) for a in node.attrs.get("axes") or ()]
+        if not values and int(node.attrs.get("noop_with_empty_axes", 0)):
+            return NoMatch(f"{node.op_type} has no axes and noop_with_empty_axes=1 (an identity)")
+        if any(not -rank <= a < max(rank, 1) for a in values):
+            return NoMatch(f"axes {values} are out of range for rank {rank}")
+        chosen = sorted({a % max(rank, 1) for a in values}) if values else list(range(rank))
+        if rank == 0 or chosen != list(range(rank - len(chosen), rank)):
+            return NoMatch(
+                f"axes {values} are not the trailing axes of rank {rank} (ORT: KRK / RK, not modelled)"
+            )
+        if node.op_type == "ReduceMean" and (_is_square(x) or _is_centred(node)):
+            return NoMatch("the ReduceMean belongs to a written-out norm (FuseLayerNorm / FuseRMSNorm)")
+        m.data["axes"] = chosen
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        node = m.root
+        return b.op(
+            "Ort" + node.op_type,
+            [m.value("x")],
+            {"axes": list(m.data["axes"]), "keepdims": int(node.attrs.get("keepdims", 1))},
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            domain=QUANTA_DOMAIN,
+            name=node.name or None,
         )
 
 
@@ -401,6 +485,7 @@ class OrtFloatFunctions(RewritePass):
         SigmoidToMlasLogistic(),
         TanhToMlasTanh(),
         BatchNormToOrtAffine(),
+        ReduceToOrtReduce(),
         LstmToOrtLstm(),
         GruToOrtGru(),
     )

@@ -27,6 +27,10 @@ ceil_mode overhang need it) into rows [N·C·out, K] by ``copy_strided``, then o
 ``reduce_rows_f32("sum")`` and one ``binary_f32("div")`` by the per-position count.
 Geometry and count are cached per input shape.
 
+quanta OrtReduceSum / OrtReduceMean (ONNX Runtime's order over the trailing axes, twin
+reference/ort_float.py, (ER1)-(ER4)) run on ``ort_reduce_rows_f32`` over the rows
+[R, N], which are the input itself.
+
 float64, other integer types, integer ReduceMean / ReduceL2 / ReduceLogSum(Exp) (a
 float division or function of an integer sum, whose float64 twin sums pairwise), empty
 inputs (the identities) and ``noop_with_empty_axes`` run on the twin.
@@ -42,6 +46,7 @@ import numpy as np
 from quanta.ir.graph import Model, Node
 from quanta.kernels.reference.conv_geometry import ConvGeometry, conv_attrs
 from quanta.kernels.reference.nn_pool import average_pool_count
+from quanta.kernels.reference.ort_float import QUANTA_DOMAIN, trailing_rows
 from quanta.kernels.reference.reduce_ops import _reduce_axes
 from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
@@ -411,6 +416,43 @@ def _bind_global_pool(op_type: str, row_op: str) -> None:
 
 _bind_global_pool("GlobalAveragePool", "sum")
 _bind_global_pool("GlobalMaxPool", "max")
+
+
+def _ort_reduce_kernel(op_type: str):
+    mean = op_type == "OrtReduceMean"
+
+    @_with_fallback(op_type, QUANTA_DOMAIN)
+    def run(ctx: Any, x: Any, *, out: Any, axes: list | None = None, keepdims: int = 1) -> np.ndarray:
+        if not isinstance(x, np.ndarray) or x.dtype != F32 or x.size == 0:
+            raise _Unsupported  # the twin's error or its empty rows
+        rows, kept, reduced = trailing_rows(op_type, np.asarray(x, order="C"), axes)
+        target = None if out is None else out.reshape(-1)
+        y = _native().ort_reduce_rows_f32(rows, mean, _threads(ctx), target)
+        if out is not None:
+            return out
+        return y.reshape(kept + (1,) * reduced if keepdims else kept)
+
+    run.__name__ = run.__qualname__ = f"_{op_type.lower()}_native"
+    return run
+
+
+def _bind_ort_reduce(op_type: str) -> None:
+    """quanta OrtReduceSum / OrtReduceMean: ONNX Runtime's row sums (module docstring)."""
+    fn = _ort_reduce_kernel(op_type)
+
+    def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
+        del model  # unused
+        dt = _dtype(node.input(0))
+        if dt is not None and dt != F32:
+            return None, f"native {op_type} takes float32, got {dt}"
+        return Kernel(fn, "native", "native:ort_reduce_rows_f32", out=True), ""
+
+    binder.__name__ = binder.__qualname__ = f"bind_{op_type.lower()}"
+    register_binder(op_type, QUANTA_DOMAIN)(binder)
+
+
+_bind_ort_reduce("OrtReduceSum")
+_bind_ort_reduce("OrtReduceMean")
 
 
 class _AveragePlan:

@@ -24,8 +24,8 @@
 //   lut              y[i] = table[uint8 bits of x[i]]   (the table is the twin evaluated
 //                    on all 256 codes at bind time: bit-exact by construction)
 //   softmax rows     see ms_qops.py (1)-(5): d = max(row) − x, t = T[255 − d],
-//                    sum = Σ t in index order (sequential float32), m = f32(f32(1/sum)·Ys),
-//                    y = sat(rne(f32(f32(t·m) + zy)))
+//                    sum = Σ t in index order (sequential float32),
+//                    y = sat(rne(f64(t) · Ys / f64(sum)) + zy)   (float64, ONNX Runtime's)
 //
 // Broadcasting (qadd / qmul): numpy rules. The driver drops size-1 dimensions and merges
 // adjacent dimensions that are contiguous (or broadcast) in both inputs, so any

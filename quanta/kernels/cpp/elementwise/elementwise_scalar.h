@@ -61,12 +61,25 @@ inline int32_t row_max(const T* __restrict x, int64_t d) {
   return m;
 }
 
-// QLinearSoftmax rows (ms_qops.py (3)-(5)). Four rows are summed side by side: each row's
-// sum stays one float32 chain in index order, the four chains only hide each other's add
-// latency.
+// sat(rne(f64(t) · ys / f64(sum)) + zy): ms_qops.py eq. (5), ONNX Runtime's float64 quotient,
+// rounded half to even before the zero point is added (an odd zy keeps the tie's side).
+template <typename T>
+inline T softmax_out(float t, double ys, double sum, double zy) {
+  constexpr double lo = static_cast<double>(std::numeric_limits<T>::min());
+  constexpr double hi = static_cast<double>(std::numeric_limits<T>::max());
+  double r = std::nearbyint(static_cast<double>(t) * ys / sum) + zy;
+  r = r != r ? lo : r;
+  r = r < lo ? lo : r;
+  r = r > hi ? hi : r;
+  return static_cast<T>(static_cast<int32_t>(r));
+}
+
+// QLinearSoftmax rows, ms_qops.py (1)-(5): the float32 sum in index order, then one float64
+// division per element (ORT 1.32's QlinearSoftmaxCPU). Four rows at a time interleave
+// four independent sums.
 template <typename T>
 void softmax_rows(const T* x, T* y, int64_t rows, int64_t d, const float* __restrict table, float ys, int32_t zy) {
-  const float zyf = static_cast<float>(zy);
+  const double ysd = static_cast<double>(ys), zyd = static_cast<double>(zy);
   int64_t r = 0;
   for (; r + 4 <= rows; r += 4) {
     const T* __restrict x0 = x + r * d;
@@ -84,13 +97,13 @@ void softmax_rows(const T* x, T* y, int64_t rows, int64_t d, const float* __rest
       s3 += table[b3 + x3[j]];
     }
     const int32_t bs[4] = {b0, b1, b2, b3};
-    const float ms[4] = {(1.0f / s0) * ys, (1.0f / s1) * ys, (1.0f / s2) * ys, (1.0f / s3) * ys};
+    const double sums[4] = {s0, s1, s2, s3};
     for (int k = 0; k < 4; ++k) {
       const T* __restrict xr = x + (r + k) * d;
       T* __restrict yr = y + (r + k) * d;
       const int32_t b = bs[k];
-      const float m = ms[k];
-      for (int64_t j = 0; j < d; ++j) yr[j] = round_sat<T>(table[b + xr[j]] * m + zyf);
+      const double sum = sums[k];
+      for (int64_t j = 0; j < d; ++j) yr[j] = softmax_out<T>(table[b + xr[j]], ysd, sum, zyd);
     }
   }
   for (; r < rows; ++r) {
@@ -99,8 +112,8 @@ void softmax_rows(const T* x, T* y, int64_t rows, int64_t d, const float* __rest
     const int32_t b = 255 - row_max(xr, d);
     float sum = 0.0f;
     for (int64_t j = 0; j < d; ++j) sum += table[b + xr[j]];
-    const float m = (1.0f / sum) * ys;
-    for (int64_t j = 0; j < d; ++j) yr[j] = round_sat<T>(table[b + xr[j]] * m + zyf);
+    const double sumd = static_cast<double>(sum);
+    for (int64_t j = 0; j < d; ++j) yr[j] = softmax_out<T>(table[b + xr[j]], ysd, sumd, zyd);
   }
 }
 
