@@ -764,24 +764,32 @@ def _matmul_specialized(sig: Specialization, *, b_packed: np.ndarray, n: int) ->
     position (gtcrn's twelve [1, 1, 16] x [16, 8] and [1, 33, 16] x [16, 16] products
     paid ~3 us each of Python around a call of a few hundred ns). A non-contiguous A: the
     binding's ValueError hands the call to the generic kernel, which copies it."""
+    return _packed_call(sig, b_packed, n, None, _matmul_native, {"b_packed": b_packed, "n": n})
+
+
+def _packed_call(
+    sig: Specialization,
+    b_packed: np.ndarray,
+    n: int,
+    bias_col: np.ndarray | None,
+    generic: Callable[..., Any],
+    generic_attrs: dict[str, Any],
+) -> Callable[..., Any] | None:
+    """One ``matmul_f32`` call of a packed B (and a bias column added in its store) by
+    position into the planned output, for MatMul and quanta::MatMulBias."""
     shape = sig.shapes[0]
     if shape is None or len(shape) < 2 or sig.dtypes[0] != F32:
         return None
     threads = step_threads(sig, math.prod(shape) * n, SMALL_MACS)
     matmul, out = _native.matmul_f32, sig.out
     inf = math.inf
-    if out is not None:
-        target = out.reshape(*shape[:-1], n)
+    target = None if out is None else out.reshape(*shape[:-1], n)
 
-        def run(a: np.ndarray, *rest: Any) -> np.ndarray:
-            matmul(a, None, b_packed, n, None, 1.0, -inf, inf, threads, target)
-            return out
-    else:
+    def run(a: np.ndarray, *rest: Any) -> np.ndarray:
+        y = matmul(a, None, b_packed, n, bias_col, 1.0, -inf, inf, threads, target)
+        return y if out is None else out
 
-        def run(a: np.ndarray, *rest: Any) -> np.ndarray:
-            return matmul(a, None, b_packed, n, None, 1.0, -inf, inf, threads, None)
-
-    return guarded(run, _matmul_native, {"b_packed": b_packed, "n": n}, out, reads=1, recordable=True)
+    return guarded(run, generic, generic_attrs, out, reads=1, recordable=True)
 
 
 @_with_fallback("MatMulBias", QUANTA_DOMAIN)
@@ -828,22 +836,10 @@ def bind_matmul_bias(model: Model, node: Node) -> tuple[Kernel | None, str]:
 def _matmul_bias_specialized(
     sig: Specialization, *, b_packed: np.ndarray, n: int, bias_col: np.ndarray
 ) -> Callable[..., Any] | None:
-    """The MatMulBias of one A shape (rank >= 2): one ``matmul_f32`` call by position into
-    the planned output (as :func:`_matmul_specialized`)."""
-    shape = sig.shapes[0]
-    if shape is None or len(shape) < 2 or sig.dtypes[0] != F32:
-        return None
-    threads = step_threads(sig, math.prod(shape) * n, SMALL_MACS)
-    matmul, out = _native.matmul_f32, sig.out
-    inf = math.inf
-    target = None if out is None else out.reshape(*shape[:-1], n)
-
-    def run(a: np.ndarray, *rest: Any) -> np.ndarray:
-        y = matmul(a, None, b_packed, n, bias_col, 1.0, -inf, inf, threads, target)
-        return y if out is None else out
-
+    """The MatMulBias of one A shape (rank >= 2): :func:`_matmul_specialized`'s call with
+    the bias column."""
     generic = {"b_packed": b_packed, "n": n, "bias_col": bias_col}
-    return guarded(run, _matmul_bias_native, generic, out, reads=1, recordable=True)
+    return _packed_call(sig, b_packed, n, bias_col, _matmul_bias_native, generic)
 
 
 def _gemm_bias(
