@@ -196,7 +196,7 @@ def _linear(node: onnx.NodeProto, w: np.ndarray, b: np.ndarray | None, x: np.nda
     return y
 
 
-def _layer_shift(
+def _layer_shifts(
     quantized: onnx.ModelProto,
     q_node: onnx.NodeProto,
     float_model: onnx.ModelProto,
@@ -204,10 +204,11 @@ def _layer_shift(
     x_q: np.ndarray,
     x_f: np.ndarray,
 ) -> np.ndarray | None:
-    """Eq. (28)'s mean output error of one layer: the file's layer on the mean of its
-    quantized input minus the float layer on the mean of its float input (the weight's
-    rounding error, and the bias correction it already has, included). The shift of the
-    bias term (a Gemm's beta applied)."""
+    """Eq. (28)'s mean output error of one layer per feed, [feeds, outputs]: the file's
+    layer on the mean of its quantized input minus the float layer on the mean of its
+    float input (the weight's rounding error, and the bias correction it already has,
+    included); ``x_q``, ``x_f`` are [feeds, channels]. The shift of the bias term (a
+    Gemm's beta applied). The weights and biases are dequantized once for every feed."""
     wq = _dequantized(quantized, q_node.input[1])
     wf = _dequantized(float_model, f_node.input[1])
     if wq is None or wf is None:
@@ -223,13 +224,17 @@ def _layer_shift(
         if got is None:
             return None
         bf = got[0]
-    yq, yf = _linear(q_node, wq[0], bq, x_q), _linear(f_node, wf[0], bf, x_f)
-    if yq is None or yf is None or yq.shape != yf.shape:
-        return None
+    rows = []
+    for xq, xf in zip(x_q, x_f, strict=True):
+        yq, yf = _linear(q_node, wq[0], bq, xq), _linear(f_node, wf[0], bf, xf)
+        if yq is None or yf is None or yq.shape != yf.shape:
+            return None
+        rows.append(yq - yf)
+    d = np.stack(rows)
     if q_node.op_type == "Gemm":
         beta = next((a.f for a in q_node.attribute if a.name == "beta"), 1.0)
-        return (yq - yf) / (beta or 1.0)
-    return yq - yf
+        return d / (beta or 1.0)
+    return d
 
 
 def _scale_of(proto: onnx.ModelProto, name: str) -> np.ndarray | None:
@@ -419,12 +424,10 @@ def correct_pooled(
                 got = probe(current, [by_out[k].input[0] for k in names], f"pass{p}")
                 for k, r, g in zip(names, ref, got):
                     node = nodes_of(current)[k]
-                    rows = [
-                        _layer_shift(current, node, float_model, f_nodes[k], gi, ri) for gi, ri in zip(g, r)
-                    ]
-                    if any(row is None for row in rows):
+                    d = _layer_shifts(current, node, float_model, f_nodes[k], g, r)
+                    if d is None:
                         continue
-                    s = _shrunk(np.stack([row for row in rows if row is not None]))
+                    s = _shrunk(d)
                     if s is not None and np.isfinite(s).all() and _apply(current, node, s):
                         shifts[k] = shifts[k] + s if k in shifts else s
                 by_out = nodes_of(current)
