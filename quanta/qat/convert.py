@@ -86,10 +86,6 @@ def prepare(
             calibration_data = example_inputs
         if calibration_data is None:
             raise ValueError("prepare: an ONNX model needs calibration_data (as quantize_static takes)")
-    # no eq. (28) (docs/calibration.md): training learns the biases itself, and with the
-    # measured bias shifts in the template the fake-quantized copy's exact forward is no
-    # longer bit-identical to the exported file (tests/qat/test_simulation.py, 1 ulp)
-    options.setdefault("pool_bias_correction", False)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "qdq.onnx"
         quantize_static(source, out, calibration_data, recipe, verbose=False, **options)

@@ -47,9 +47,22 @@ def round_ste(x: torch.Tensor) -> torch.Tensor:
     return _RoundSTE.apply(x)
 
 
+class _GradScale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, s: torch.Tensor, factor: float) -> torch.Tensor:  # type: ignore[override]
+        ctx.factor = factor
+        return s.clone()
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+        return g * ctx.factor, None
+
+
 def grad_scale(s: torch.Tensor, factor: float) -> torch.Tensor:
-    """``s`` in the forward, gradient multiplied by ``factor`` (LSQ's step-size gradient scale)."""
-    return (s - s * factor).detach() + s * factor
+    """``s`` in the forward, bit for bit, gradient multiplied by ``factor`` (LSQ's step-size
+    gradient scale). The usual ``(s - s·f).detach() + s·f`` is not ``s`` in float32 (it
+    rounds twice), and the scale the forward uses must be the one the file stores."""
+    return _GradScale.apply(s, factor)
 
 
 def quantize(

@@ -159,6 +159,21 @@ def test_straight_through_gradient_is_one_inside_the_range_and_zero_outside():
     assert x.grad.tolist() == [0.0, 2.0, 2.0, 2.0, 2.0, 0.0]  # d(x/s)/dx inside the range only
 
 
+def test_learned_step_size_is_the_stored_scale_bit_for_bit():
+    """LSQ's gradient scaling must not move the forward's scale by an ulp: the exported
+    file stores the parameter, and the exact forward has to use that very value."""
+    from quanta.qat import fake_quant as fq
+
+    g = torch.Generator().manual_seed(7)
+    s = (torch.rand(4099, generator=g) * 3e-3 + 1e-7).requires_grad_(True)
+    for factor in (1 / 17.0, 0.3, 1 / (259 * 127) ** 0.5):
+        y = fq.grad_scale(s, factor)
+        assert torch.equal(y.detach().view(torch.int32), s.detach().view(torch.int32))
+        s.grad = None
+        (y * 2.0).sum().backward()
+        assert torch.allclose(s.grad, torch.full_like(s, 2.0 * factor))
+
+
 def test_same_seed_same_weights():
     states = []
     for _ in range(2):
