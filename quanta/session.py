@@ -89,8 +89,8 @@ class SessionOptions:
     log_severity_level: int = 2
     #: Sigmoid, Tanh and BatchNormalization as ONNX defines them ("onnx": quanta's
     #: kernels, docs/float-ops.md) or as ONNX Runtime computes them ("ort": MLAS's
-    #: rational approximations, ORT's folded batch-norm scale and shift, what a file made
-    #: for ORT was calibrated with); "auto": "ort" for a file ORT's quantizer wrote
+    #: rational approximations, ORT's folded batch-norm scale and shift, its truncating
+    #: linear Resize of 8-bit codes, what a file made for ORT was calibrated with); "auto": "ort" for a file ORT's quantizer wrote
     #: (producer "onnx.quantize"), else "onnx". "ort" by name also runs the QDQ Conv
     #: groups ORT leaves float in MLAS's float order (bit-identical to ORT at this
     #: session's thread count, slower than quanta's exact integer sum, which "auto" keeps).
@@ -244,7 +244,9 @@ class InferenceSession:
                 if self._options.float_functions == "ort"
                 else None
             )
-            PassManager([OrtFloatFunctions(threads=threads)]).run(model)
+            from quanta.passes.rules.ort_integer_resize import OrtIntegerResize
+
+            PassManager([OrtFloatFunctions(threads=threads), OrtIntegerResize()]).run(model)
         if self._options.dynamic_weight_only:
             # what the graph computes, not an optimization: on every level and target
             from quanta.passes.lower.weight_only_matmul import DynamicWeightMatMuls
