@@ -119,14 +119,16 @@ def test_matmul_large_tiles_threads() -> None:
     check_matmul(129, 300, 700, seed=5)
 
 
-@pytest.mark.parametrize("rows", [1, 3, 8, 17, 21])
-def test_packed_streaming_rows_give_the_k_block_bytes(rows: int) -> None:
+@pytest.mark.parametrize("rows", [1, 3, 8, 17, 21, 35])
+@pytest.mark.parametrize("k", [301, 1031])
+def test_packed_streaming_rows_give_the_k_block_bytes(rows: int, k: int) -> None:
     """A packed B and few rows of A run panel after panel (sgemm.cc run_block_stream, one
-    row tile over all of K at once); many rows run by K blocks (run_block). Each element
-    is the same fma chain either way, so the few rows' bytes are those rows of the larger
-    product, on every ISA and thread count, and within (FG1)."""
-    rng = np.random.default_rng(rows)
-    m, k, n = 300, 301, 707  # m·k past the streaming limit (2^16 floats); K past 258; odd N
+    row tile over all of K at once, the first row tile prefetching B); many rows run by K
+    blocks (run_block). Each element is the same fma chain either way, so the few rows'
+    bytes are those rows of the larger product, on every ISA and thread count, and within
+    (FG1). K = 1031: five K blocks for the rows past one tile."""
+    rng = np.random.default_rng(rows + k)
+    m, n = 300, 707  # m·k past the streaming limit (2^16 floats); K past 258; odd N
     a, b, bias = normal(rng, m, k), normal(rng, k, n), normal(rng, n)
     packed = _native.sgemm_pack_b(b)
     a64, b64 = a[:rows].astype(np.float64), b.astype(np.float64)

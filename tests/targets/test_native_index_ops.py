@@ -353,6 +353,31 @@ def test_arg_extreme_hypothesis_over_shapes_and_axes(shape, data):
     run_both(data.draw(st.sampled_from(["ArgMax", "ArgMin"])), [x], attrs)
 
 
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("n", [16, 17, 35, 259, 1031])
+@pytest.mark.parametrize("last", [0, 1])
+def test_arg_extreme_long_float_rows_match_twin(op, n, last):
+    # float32 rows of 16 and more take the two vector passes: ties of the extreme (few
+    # distinct values), ±0 as the extreme, a NaN in the first element, at the end, in a
+    # vector's middle and in the scalar tail, rows all -inf, a lone extreme in the tail
+    rng = np.random.default_rng(n + last)
+    x = rng.integers(-3, 4, (12, n)).astype(np.float32)
+    x[1] = rng.standard_normal(n).astype(np.float32)
+    x[2, 0] = np.nan
+    x[3, -1] = np.nan
+    x[4, [5, n // 2]] = np.nan
+    x[5] = np.where(rng.random(n) < 0.5, -0.0, 0.0)
+    x[5, ::3] = -1.0 if op == "ArgMax" else 1.0
+    x[6] = -np.inf
+    x[7] = np.inf
+    x[8, -1] = 9.0 if op == "ArgMax" else -9.0
+    x[9] = np.nan
+    x[10, -2:] = np.nan
+    x[11] = rng.standard_normal(n).astype(np.float32) * 1e-40  # subnormal
+    run_both(op, [x], {"axis": -1, "keepdims": 0, "select_last_index": last})
+    run_both(op, [x.reshape(3, 4, n)], {"axis": 2, "keepdims": 1, "select_last_index": last})
+
+
 def test_arg_extreme_empty_axis_raises_the_twins_error():
     x = np.zeros((3, 0), np.float32)
     kernel, _ = bind("ArgMax", [x])

@@ -64,6 +64,28 @@ int64_t gate_vectors(const float* x, float* y, int64_t n, float alpha, float bet
 #endif
 }
 
+// LeakyRelu x < 0 ? f32(x · alpha) : x in whole vectors: returns how many leading
+// elements it wrote (0 on the portable build), the scalar loop does the rest. The lanes
+// where x < 0 (ordered: false on NaN and on −0) take the product, the others x itself.
+// GCC does not vectorize the scalar form (it keeps a branch per element rather than
+// form a product it would not need under -ftrapping-math), and the branch mispredicts
+// on activations of random sign: 2.5 ns an element, 27 ms of oww_embedding's run.
+inline int64_t leaky_vectors(const float* x, float* y, int64_t n, float alpha) {
+#if QUANTA_TENSOR_OPS_VECTORS
+  using V = VecF32;
+  const typename V::V va = V::set1(alpha), zero = V::zero();
+  int64_t i = 0;
+  for (; i + V::kLanes <= n; i += V::kLanes) {
+    const typename V::V v = V::loadu(x + i);
+    V::storeu(y + i, V::select(V::template cmp<_CMP_LT_OQ>(v, zero), v, V::mul(v, va)));
+  }
+  return i;
+#else
+  (void)x, (void)y, (void)n, (void)alpha;
+  return 0;
+#endif
+}
+
 template <int kOp>
 void unary_f32_run(const float* x, float* y, int64_t n, const UnaryParams& p) {
   if constexpr (kOp == static_cast<int>(UnaryF32::kClip)) {
@@ -101,7 +123,7 @@ void unary_f32_run(const float* x, float* y, int64_t n, const UnaryParams& p) {
     }
   } else if constexpr (kOp == static_cast<int>(UnaryF32::kLeakyRelu)) {
     const float alpha = p.alpha;
-    for (int64_t i = 0; i < n; ++i) y[i] = x[i] < 0.0f ? x[i] * alpha : x[i];
+    for (int64_t i = leaky_vectors(x, y, n, alpha); i < n; ++i) y[i] = x[i] < 0.0f ? x[i] * alpha : x[i];
   } else {  // kHardSwish
     // alpha = f32(1/6) multiplied, as ONNX's definition (HardSigmoid's alpha · x + beta)
     // and ONNX Runtime compute it; a division by 6 rounds differently for ~10 % of x
