@@ -413,6 +413,8 @@ FACTS = OpTable(
         # ONNX Runtime's ReduceMean / ReduceSum order over the trailing axes (the same rule file)
         Op("OrtReduceMean", QUANTA, shape_only=True),
         Op("OrtReduceSum", QUANTA, shape_only=True),
+        # ONNX Runtime's float GlobalAveragePool in MlasPool's order (the same rule file)
+        Op("MlasGlobalAveragePool", QUANTA, shape_only=True),
         Op("Mod", shape_only=True),
         Op(
             "Mul",

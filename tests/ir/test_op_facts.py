@@ -142,7 +142,7 @@ PINNED = {
     "quanta.runtime.static_steps.QUANTA_SHAPE_ONLY_OPS": {
         "AccumulatorToFloat", "AccumulatorToQuant", "SoftmaxQuant", "MulQuant", "Conv", "ConvMX", "LayerNormDiv", "MatMulBf16", "MatMulMX",
         "MatMulW4A8", "MatMulW8", "MatMulBias", "MlasLogistic", "MlasTanh", "QLinearConv16", "QLinearLookup", "QLinearMatMul16", "QLinearMatMulAdd", "TransposeView",
-        "RMSNormDiv", "MlasGeluTanh", "OrtReduceMean", "OrtReduceSum",
+        "RMSNormDiv", "MlasGeluTanh", "OrtReduceMean", "OrtReduceSum", "MlasGlobalAveragePool",
         "ConvNchwc", "MaxPoolNchwc", "GlobalAveragePoolNchwc", "ReorderNchwc", "ReorderNchw",
         "QLinearAffine16", "QLinearAdd16", "QLinearMul16",
     },
@@ -166,7 +166,7 @@ PINNED = {
         "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "NhwcMaxPool", "FastGelu", "AccumulatorToFloat",
         "AccumulatorToQuant", "SoftmaxQuant", "MulQuant", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
         "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "MlasLogistic", "MlasTanh", "LayerNormDiv", "RMSNormDiv",
-        "MlasGeluTanh", "OrtReduceMean", "OrtReduceSum",
+        "MlasGeluTanh", "OrtReduceMean", "OrtReduceSum", "MlasGlobalAveragePool",
         "QLinearConv16", "QLinearMatMul16", "QLinearMatMulAdd", "MatMulW4A8", "MatMulBf16", "MatMulMX", "ConvMX", "MatMulW8", "MatMulBias",
         "ConvNchwc", "MaxPoolNchwc", "GlobalAveragePoolNchwc", "ReorderNchwc", "ReorderNchw",
         "QLinearAffine16", "QLinearAdd16", "QLinearMul16",

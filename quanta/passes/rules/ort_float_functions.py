@@ -10,9 +10,12 @@ Rules (each replaces the ONNX function by ORT's computation of it)::
                           -> %y = quanta::MlasConv(DQ(%x), DQ(w), b?, threads=T)
     %y = ReduceMean|ReduceSum(%x: f32, axes?)                    ReduceToOrtReduce
                           -> %y = quanta::OrtReduceMean|OrtReduceSum(%x)   axes: the trailing ones
+    %y = GlobalAveragePool(DQ(%x))                                GlobalAveragePoolToMlasPool
+                          -> %y = quanta::MlasGlobalAveragePool(DQ(%x))
     %y = BatchNormalization(%x: f32, s, b, mean, var)             BatchNormToOrtAffine
                           -> %y = Add(Mul(%x, a), c)   a = f32(f32(1 / f32(sqrt(f32(var + eps)))) · s)
                                                        c = f32(b − f32(mean · a))   ([C, 1, ...])
+                          (s, b, mean, var: constants, or DequantizeLinear of constant codes)
 
 Why: ONNX defines Sigmoid and Tanh as the exact functions, and quanta computes them within
 2.4 and 2 ulp (docs/float-ops.md (Σ1)-(Σ2), (T1)-(T4)). ONNX Runtime computes MLAS's
@@ -86,7 +89,21 @@ files leave it float when its Conv is quantized first) re-rounds them: ppocr_cls
 QOperator format ends 21 output steps from ORT with quanta's formula, 0 with ORT's.
 Only an inference BatchNormalization (no training outputs used, spatial, constant
 parameters, x of known rank >= 2) is rewritten; its Mul and Add are float32 IEEE
-operations on every target, so the result is ORT's bit for bit.
+operations on every target, so the result is ORT's bit for bit. A parameter may be a
+DequantizeLinear of constant codes (ORT's 16-bit files quantize the BatchNormalization
+scale: ``Q(scale) -> DQ``), computed as ORT's kernels compute them. There ORT keeps the
+16-bit group ``DQ -> BatchNormalization -> Q`` float, where quanta's exact affine map
+(QLinearAffine16) rounds the exact value once: ppocr_cls's 16-bit file differed on 13 of
+36,864 codes of its first such group.
+
+GlobalAveragePool: ONNX Runtime's CPU kernel is ``MlasPool`` (pooling.cpp
+``MlasPoolGlobalKernel``): four lane sums of a row, a two-step horizontal add, the elements
+past the last vector, then ``/ f32(N)`` (docs/float-ops.md (GP1)-(GP3)); quanta's sums 16
+lanes. ORT keeps a 16-bit (or int8) group ``DQ -> GlobalAveragePool -> Q`` float, and its
+last bits choose codes (ppocr_cls's 16-bit file: 1 of 88 codes at its third squeeze-excite
+mean). Only a GlobalAveragePool fed by a DequantizeLinear is rewritten: after a float
+Conv, ORT's NCHWc transformer may run the pool in its blocked layout (another order, not
+modelled); 8-bit groups ORT fuses (QLinearGlobalAveragePool) are integer in both.
 """
 
 from __future__ import annotations
@@ -104,6 +121,7 @@ __all__ = [
     "QUANTA_DOMAIN",
     "BatchNormToOrtAffine",
     "ConvToMlasConv",
+    "GlobalAveragePoolToMlasPool",
     "GruToOrtGru",
     "LstmToOrtLstm",
     "OrtFloatFunctions",
@@ -163,6 +181,59 @@ def _constant(v: Value | None) -> np.ndarray | None:
     return None
 
 
+def _qdq_constants(p: Node, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(scale as float32, zero point as int64) of a Q / DQ node with constant parameters,
+    shaped to broadcast against ``shape`` (per tensor or along ``axis``), else None."""
+    scale = _constant(p.inputs[1]) if len(p.inputs) > 1 else None
+    given = len(p.inputs) > 2 and p.inputs[2] is not None
+    zp = _constant(p.inputs[2]) if given else None
+    if scale is None or scale.dtype != np.float32 or (given and zp is None) or "block_size" in p.attrs:
+        return None
+    z = np.zeros((), np.int64) if zp is None else zp.astype(np.int64)
+    if scale.size == 1:
+        return scale.reshape(()), z.reshape(())
+    dims = [1] * len(shape)
+    dims[int(p.attrs.get("axis", 1)) % max(len(shape), 1)] = scale.size
+    return scale.reshape(dims), z.reshape(dims) if z.size > 1 else z.reshape(())
+
+
+def _constant_codes(v: Value | None) -> np.ndarray | None:
+    """Constant integer codes: an initializer or Constant, or a QuantizeLinear of one as
+    ORT computes it (float32 division, round half to even, saturated), else None."""
+    c = _constant(v)
+    if c is not None:
+        return c if c.dtype.kind in "iu" else None
+    p = v.producer if v is not None else None
+    if p is None or p.op_type != "QuantizeLinear" or len(p.inputs) < 3 or p.inputs[2] is None:
+        return None
+    x, zp = _constant(p.inputs[0]), _constant(p.inputs[2])
+    if x is None or x.dtype != np.float32 or zp is None or zp.dtype.kind not in "iu":
+        return None
+    params = _qdq_constants(p, x.shape)
+    if params is None:
+        return None
+    scale, z = params
+    info = np.iinfo(zp.dtype)
+    q = np.rint(x / scale).astype(np.float64) + z
+    return np.clip(q, info.min, info.max).astype(zp.dtype)
+
+
+def _dequantized_constant(v: Value | None) -> np.ndarray | None:
+    """The float32 value of ``DequantizeLinear(codes, scale, zero_point?)`` of constants
+    (codes: :func:`_constant_codes`) as ORT's kernel computes it, ``f32(codes − zp) · scale``,
+    else None. ORT's quantizer stores a BatchNormalization's scale this way (16-bit files:
+    ``Q(scale) -> DQ``), and ORT runs that DequantizeLinear (its constant folding skips them)."""
+    p = v.producer if v is not None else None
+    if p is None or p.op_type != "DequantizeLinear" or len(p.inputs) < 2:
+        return None
+    codes = _constant_codes(p.inputs[0])
+    params = None if codes is None else _qdq_constants(p, codes.shape)
+    if codes is None or params is None:
+        return None
+    scale, z = params
+    return ((codes.astype(np.int64) - z).astype(np.float32) * scale).astype(np.float32)
+
+
 def ort_batchnorm_affine(
     scale: np.ndarray, bias: np.ndarray, mean: np.ndarray, var: np.ndarray, epsilon: float
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -188,7 +259,10 @@ class BatchNormToOrtAffine(Rule):
             return NoMatch("a running-statistics output of BatchNormalization is used")
         if not int(bn.attrs.get("spatial", 1)):
             return NoMatch("BatchNormalization has spatial=0 (per-element statistics)")
-        params = [_constant(m[name]) for name in ("s", "b", "mean", "var")]
+        params = [
+            c if (c := _constant(m[name])) is not None else _dequantized_constant(m[name])
+            for name in ("s", "b", "mean", "var")
+        ]
         if any(v is None for v in params):
             return NoMatch("a BatchNormalization parameter is not a constant")
         if x.type is None or x.type.elem != F32 or x.type.shape is None or len(x.type.shape) < 2:
@@ -217,6 +291,38 @@ class BatchNormToOrtAffine(Rule):
             [scaled, b.const(f"{name}_ort_shift", c.reshape(-1, *trailing))],
             types=result_type(shape_from=y, elem_from=y),
             name=name,
+        )
+
+
+class GlobalAveragePoolToMlasPool(Rule):
+    """%y = GlobalAveragePool(DQ(%x)) -> %y = quanta::MlasGlobalAveragePool(DQ(%x))
+    (module docstring: ONNX Runtime's MlasPool order)"""
+
+    pattern = "y = GlobalAveragePool(x)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        x = m["x"]
+        if x.producer is None or x.producer.op_type != "DequantizeLinear":
+            return NoMatch("the input is not a DequantizeLinear's (after a float op ORT may pool in NCHWc)")
+        if x.type is None or x.type.elem != F32 or x.type.shape is None or not 3 <= len(x.type.shape) <= 5:
+            return NoMatch(f"input {describe(x)} is not float32 of rank 3 to 5 (MlasPool's 1-3 spatial axes)")
+        sx, y = _dq_storage(x), m["y"]
+        q = y.uses[0][0] if len(y.uses) == 1 and not any(o is y for o in m.graph.outputs) else None
+        if sx is not None and sx.bits == 8 and q is not None and q.op_type == "QuantizeLinear":
+            sy = _q_storage(q.outputs[0])
+            if sy == sx:
+                return NoMatch(
+                    "ONNX Runtime fuses this 8-bit group into QLinearGlobalAveragePool: integer arithmetic"
+                )
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        return b.op(
+            "MlasGlobalAveragePool",
+            [m.value("x")],
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            domain=QUANTA_DOMAIN,
+            name=m.root.name or None,
         )
 
 
@@ -485,6 +591,7 @@ class OrtFloatFunctions(RewritePass):
         SigmoidToMlasLogistic(),
         TanhToMlasTanh(),
         BatchNormToOrtAffine(),
+        GlobalAveragePoolToMlasPool(),
         ReduceToOrtReduce(),
         LstmToOrtLstm(),
         GruToOrtGru(),
