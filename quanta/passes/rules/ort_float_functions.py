@@ -10,6 +10,8 @@ Rules (each replaces the ONNX function by ORT's computation of it)::
                           -> %y = quanta::MlasConv(DQ(%x), DQ(w), b?, threads=T)
     %y = ReduceMean|ReduceSum(%x: f32, axes?)                    ReduceToOrtReduce
                           -> %y = quanta::OrtReduceMean|OrtReduceSum(%x)   axes: the trailing ones
+    %y = Q(Conv(DQ(%xq), DQ(wq: i8), DQ(b)?))   (a group ORT fuses)   QdqConvToMlasQLinearConv
+                          -> %y = quanta::MlasQLinearConv(%xq, sx, zx, wq, sw, zw, sy, zy, b?)
     %y = GlobalAveragePool(DQ(%x))                                GlobalAveragePoolToMlasPool
                           -> %y = quanta::MlasGlobalAveragePool(DQ(%x))
     %y = BatchNormalization(%x: f32, s, b, mean, var)             BatchNormToOrtAffine
@@ -96,6 +98,14 @@ scale: ``Q(scale) -> DQ``), computed as ORT's kernels compute them. There ORT ke
 (QLinearAffine16) rounds the exact value once: ppocr_cls's 16-bit file differed on 13 of
 36,864 codes of its first such group.
 
+QLinearConv: the Conv groups ONNX Runtime fuses (uint8 activations, int8 weights) run on
+MLAS's u8·s8 kernels, which on x86 without VNNI sum two adjacent products of raw codes
+into a saturating int16 (``vpmaddubsw``; :mod:`quanta.kernels.reference.mlas_qconv`,
+docs/float-ops.md (QC1)-(QC4)); quanta's integer Conv sums exactly. ppocr_cls quantized
+by ORT's default QDQ recipe (an image at zero point 128, asymmetric weights) differs on
+10,114 of 18,432 codes of its first Conv group. The session asks for this rule only with
+``float_functions="ort"`` by name and on a CPU where ORT's kernels saturate.
+
 GlobalAveragePool: ONNX Runtime's CPU kernel is ``MlasPool`` (pooling.cpp
 ``MlasPoolGlobalKernel``): four lane sums of a row, a two-step horizontal add, the elements
 past the last vector, then ``/ f32(N)`` (docs/float-ops.md (GP1)-(GP3)); quanta's sums 16
@@ -125,6 +135,7 @@ __all__ = [
     "GruToOrtGru",
     "LstmToOrtLstm",
     "OrtFloatFunctions",
+    "QdqConvToMlasQLinearConv",
     "ReduceToOrtReduce",
     "SigmoidToMlasLogistic",
     "TanhToMlasTanh",
@@ -585,6 +596,98 @@ class ConvToMlasConv(Rule):
         )
 
 
+class QdqConvToMlasQLinearConv(Rule):
+    """Q(Conv(DQ(xq), DQ(wq: int8), DQ(b: int32)?)) (a group ORT fuses into QLinearConv)
+    -> quanta::MlasQLinearConv(xq, sx, zx, wq, sw, zw, sy, zy, b?)
+    (module docstring: ORT's u8·s8 kernels without VNNI saturate pairs of products)"""
+
+    pattern = (
+        "y = QuantizeLinear(c = Conv(xf = DequantizeLinear(xq, sx, zx?), "
+        "wf = DequantizeLinear(wq, sw, zw?), ...), sy, zy?)"
+    )
+    shared_ok = frozenset({"xf", "wf"})
+
+    def check(self, m: Match) -> Match | NoMatch:
+        conv = m.node("c")
+        sx, sw = _dq_storage(m["xf"]), _dq_storage(m["wf"])
+        sy = _q_storage(m["y"])
+        bias = conv.inputs[2] if len(conv.inputs) > 2 else None
+        sb = _dq_storage(bias) if bias is not None else IntType(32, True)
+        # ORT's QDQS8ToU8Transformer makes a lone int8 Q -> DQ pair uint8 first
+        ux = sx == U8 or (sx == I8 and _s8_pair_to_u8(m["xq"], m))
+        uy = sy == U8 or (sy == I8 and _s8_pair_to_u8(m["y"], m))
+        if not (ux and uy and sb == IntType(32, True)):
+            return NoMatch("ONNX Runtime does not fuse this group into QLinearConv (ConvToMlasConv's case)")
+        if sw != I8:
+            return NoMatch(f"weights are {sw}, not int8 (ORT's u8·u8 kernel widens to int16: exact)")
+        wq = _constant_codes(m["wq"])
+        consts = [_constant(m[k]) for k in ("sx", "sw", "sy")]
+        zps = [_constant(m[k]) if m[k] is not None else None for k in ("zx", "zw", "zy")]
+        if (
+            wq is None
+            or any(c is None for c in consts)
+            or any(m[k] is not None and z is None for k, z in zip(("zx", "zw", "zy"), zps, strict=True))
+        ):
+            return NoMatch("weights, scales or zero points are not constants")
+        if wq.ndim != 4:
+            return NoMatch(f"w of rank {wq.ndim} (2-D Convs only)")
+        group = int(conv.attrs.get("group", 1))
+        if group != 1:
+            return NoMatch(f"group {group}: ORT's depthwise kernel is exact, grouped GEMMs not modelled")
+        auto = conv.attrs.get("auto_pad", "NOTSET")
+        auto = auto.decode() if isinstance(auto, bytes) else auto
+        if auto not in ("NOTSET", "VALID", ""):
+            return NoMatch(f"auto_pad {auto} (explicit pads only)")
+        codes_b = None
+        if bias is not None:
+            codes_b = _constant_codes(bias.producer.inputs[0]) if bias.producer is not None else None
+            if codes_b is None:
+                return NoMatch("the bias codes are not a constant")
+        if any(c.size != 1 for c in (consts[0], consts[2])):
+            return NoMatch("x or y is not quantized per tensor")
+        m.data.update(wq=wq, b=codes_b)
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        conv = m.node("c")
+        auto = conv.attrs.get("auto_pad", "NOTSET")
+        auto = auto.decode() if isinstance(auto, bytes) else auto
+        attrs = {k: v for k, v in conv.attrs.items() if k in ("strides", "dilations")}
+        rank = m.data["wq"].ndim - 2
+        attrs["pads"] = (
+            [int(v) for v in conv.attrs.get("pads", [0] * 2 * rank)]
+            if auto in ("NOTSET", "")
+            else [0] * 2 * rank
+        )
+        name = conv.name or m["y"].name
+        zeros = {}
+        for k in ("zx", "zw", "zy"):
+            if m[k] is None:
+                t = _dq_storage(m["xf"] if k == "zx" else m["wf"]) if k != "zy" else _q_storage(m["y"])
+                assert t is not None
+                zeros[k] = b.const(f"{name}_{k}", np.zeros((), t.numpy))
+        inputs = [
+            m.value("xq"),
+            m.value("sx"),
+            zeros.get("zx") or m.value("zx"),
+            b.const(f"{name}_w_codes", m.data["wq"]),
+            m.value("sw"),
+            zeros.get("zw") or m.value("zw"),
+            m.value("sy"),
+            zeros.get("zy") or m.value("zy"),
+        ]
+        if m.data["b"] is not None:
+            inputs.append(b.const(f"{name}_b_codes", m.data["b"]))
+        return b.op(
+            "MlasQLinearConv",
+            inputs,
+            attrs,
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            domain=QUANTA_DOMAIN,
+            name=conv.name or None,
+        )
+
+
 class OrtFloatFunctions(RewritePass):
     name = "ort_float_functions"
     rules = (
@@ -597,10 +700,14 @@ class OrtFloatFunctions(RewritePass):
         GruToOrtGru(),
     )
 
-    def __init__(self, threads: int | None = None) -> None:
+    def __init__(self, threads: int | None = None, *, u8s8_saturates: bool = False) -> None:
         """``threads``: ONNX Runtime's intra-op thread count the float Convs follow (None:
-        Conv groups keep quanta's exact arithmetic; ConvToMlasConv is not run)."""
+        Conv groups keep quanta's exact arithmetic; ConvToMlasConv is not run).
+        ``u8s8_saturates``: ORT's u8·s8 kernels on this CPU saturate pairs of products (x86
+        without VNNI): the Conv groups ORT fuses become MlasQLinearConv."""
         rules = list(type(self).rules)
         if threads is not None:
             rules.append(ConvToMlasConv(threads))
+        if u8s8_saturates:
+            rules.insert(0, QdqConvToMlasQLinearConv())
         super().__init__(rules)

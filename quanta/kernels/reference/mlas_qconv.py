@@ -1,0 +1,166 @@
+"""quanta MlasQLinearConv: ONNX Runtime's QLinearConv with uint8 activations and int8 weights
+as its x86 kernels without VNNI compute it (normative).
+
+ORT fuses a QDQ Conv group with uint8 activations (or int8 ones its QDQS8ToU8Transformer
+makes uint8) and int8 weights into QLinearConv. On x86-64 without AVX-VNNI / AVX512-VNNI,
+MLAS forms the u8·s8 products with ``vpmaddubsw`` (``MlasGemmU8S8KernelAvx2``; the
+AVX512BW kernel alike): two adjacent products of raw codes summed into a **saturating**
+int16, so a pair beyond [−32768, 32767] is clipped; the zero points are corrected
+afterwards from row and column sums, exactly. quanta's integer Conv sums exactly, so
+codes differ wherever a pair saturates: ppocr_cls's first Conv group (an image at zero
+point 128, asymmetric int8 weights) on 10,114 of 18,432 codes, by up to 24 steps.
+docs/float-ops.md (QC1)-(QC4)::
+
+    (QC1) x'[p, k], w[f, k]: raw uint8 codes (an int8 x as x + 128, zx + 128) and raw int8
+          weights, k = (kh, kw, c) in that order (ORT's NHWC im2col; padding holds zx);
+          K padded with zeros to a multiple of 4
+    (QC2) acc[p, f] = Σ_j sat16(x'[p, 2j]·w[f, 2j] + x'[p, 2j+1]·w[f, 2j+1])
+    (QC3) acc −= zx·Σ_k w[f, k] + zw[f]·Σ_k x'[p, k] − K·zx·zw[f];  acc += B[f]
+    (QC4) m[f] = f32(f32(sx · sw[f]) / sy);  y = sat(rne(f32(f32(acc) · m[f])) + zy)
+
+Checked against onnxruntime 1.32 on this CPU (Zen 3, AVX2) bit for bit: 12 geometries
+(C = 1 ... 12, kernels 1, 3, 5, 7, strides 1 / 2, symmetric and asymmetric weights, 1 and
+2 threads), where the exact sum differs on most codes; (kh, kw, c) is the order: the (c,
+kh, kw) pairing differs. Not modelled: depthwise Convs (ORT's depthwise kernel widens to
+int32: exact, quanta's own path) and group > 1; CPUs with VNNI, where ORT's kernels do not
+saturate (the session asks for this op only where they do).
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from quanta.kernels.reference.conv_geometry import conv_attrs, im2col
+from quanta.kernels.reference.registry import OpContext, OpError, register
+
+__all__ = ["mlas_qlinear_conv", "mlas_qlinear_conv_op", "ort_u8s8_saturates", "saturation_correction"]
+
+QUANTA_DOMAIN = "quanta"
+
+I16_MIN, I16_MAX = -32768, 32767
+
+
+@functools.cache
+def ort_u8s8_saturates() -> bool:
+    """Whether ONNX Runtime's u8·s8 kernels saturate pairs on this CPU: x86-64 without
+    AVX-VNNI and AVX512-VNNI (their ``vpdpbusd`` sums four products into int32 exactly).
+    The flags come from /proc/cpuinfo; where it cannot be read, False (no emulation)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    flags = next(
+        (line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []
+    )
+    return "avx2" in flags and "avx_vnni" not in flags and "avx512_vnni" not in flags
+
+
+def saturation_correction(a: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Σ_j (sat16(p_j) − p_j) of (QC2) for rows ``a`` [P, K] (raw uint8) and weights ``w``
+    [F, K] (raw int8), as int64 [P, F]: what MLAS's saturating pairs take from the exact
+    sum. Only a pair whose two weights share a sign and sum in magnitude past 128 can leave
+    int16 (255·128 < 32768), so only those pairs are formed."""
+    p_count, k = a.shape
+    f_count = w.shape[0]
+    out = np.zeros((p_count, f_count), np.int64)
+    if k % 2:
+        a = np.pad(a, ((0, 0), (0, 1)))
+        w = np.pad(w, ((0, 0), (0, 1)))
+    w0, w1 = w[:, 0::2].astype(np.int64), w[:, 1::2].astype(np.int64)
+    can = (w0 * w1 >= 0) & (255 * (np.abs(w0) + np.abs(w1)) > I16_MAX)
+    for f, j in zip(*np.nonzero(can), strict=True):
+        p = a[:, 2 * j].astype(np.int64) * w0[f, j] + a[:, 2 * j + 1].astype(np.int64) * w1[f, j]
+        out[:, f] += np.clip(p, I16_MIN, I16_MAX) - p
+    return out
+
+
+def mlas_qlinear_conv(
+    x: np.ndarray,
+    sx: np.ndarray,
+    zx: np.ndarray,
+    w: np.ndarray,
+    sw: np.ndarray,
+    zw: np.ndarray,
+    sy: np.ndarray,
+    zy: np.ndarray,
+    b: np.ndarray | None = None,
+    *,
+    strides: Sequence[int] | None = None,
+    pads: Sequence[int] | None = None,
+    dilations: Sequence[int] | None = None,
+) -> np.ndarray:
+    """(QC1)-(QC4) (module docstring) for x [N, C, spatial...] (uint8 or int8 codes), w
+    [F, C, kernel...] int8, per-tensor sx, zx, sy, zy, per-tensor or per-output-channel sw,
+    zw, B int32 [F] or None; y has zy's type."""
+    if w.dtype != np.int8 or x.dtype not in (np.uint8, np.int8):
+        raise OpError(f"MlasQLinearConv: x {x.dtype}, w {w.dtype}; expected uint8 / int8 x and int8 w")
+    zxv = int(np.asarray(zx).reshape(-1)[0])
+    xu = x.astype(np.int64)
+    if x.dtype == np.int8:  # QDQS8ToU8Transformer's view: the same values, codes + 128
+        xu, zxv = xu + 128, zxv + 128
+    geom = conv_attrs(x.shape, w.shape[2:], strides=strides, pads=pads, dilations=dilations)
+    n, c = x.shape[:2]
+    f = w.shape[0]
+    if w.shape[1] != c:
+        raise OpError(f"MlasQLinearConv: w has {w.shape[1]} input channels, x {c} (group 1 only)")
+    cols = im2col(xu, geom, pad_value=zxv)  # (N, C, *kernel, *out)
+    r = len(geom.kernel_shape)
+    p_shape = cols.shape[2 + r :]
+    # (QC1): rows p = (n, out...), k = (kernel..., c)
+    a = cols.transpose(0, *range(2 + r, 2 + 2 * r), *range(2, 2 + r), 1).reshape(
+        -1, c * int(np.prod(geom.kernel_shape))
+    )
+    wk = w.transpose(0, *range(2, 2 + r), 1).reshape(f, -1).astype(np.int64)
+    k = a.shape[1]
+    # (QC2): the exact sum (float64 products of integers below 2^53 are exact) plus what
+    # the saturating pairs take from it
+    acc = (a.astype(np.float64) @ wk.T.astype(np.float64)).astype(np.int64) + saturation_correction(a, wk)
+    zwv = np.broadcast_to(np.asarray(zw).astype(np.int64).reshape(-1), (f,))
+    acc -= (
+        zxv * wk.sum(axis=1)[None, :] + zwv[None, :] * a.sum(axis=1)[:, None] - k * zxv * zwv[None, :]
+    )  # (QC3)
+    if b is not None:
+        acc += np.asarray(b).astype(np.int64).reshape(1, f)
+    m = (np.float32(np.asarray(sx).reshape(-1)[0]) * np.asarray(sw, np.float32).reshape(-1)) / np.float32(
+        np.asarray(sy).reshape(-1)[0]
+    )  # (QC4)
+    v = acc.astype(np.float32) * np.broadcast_to(m.astype(np.float32), (f,))[None, :]
+    zy_arr = np.asarray(zy)
+    info = np.iinfo(zy_arr.dtype)
+    q = np.clip(np.rint(v).astype(np.float64) + int(zy_arr.reshape(-1)[0]), info.min, info.max).astype(
+        zy_arr.dtype
+    )
+    return np.ascontiguousarray(q.reshape(n, *p_shape, f).transpose(0, r + 1, *range(1, r + 1)))
+
+
+@register("MlasQLinearConv", QUANTA_DOMAIN)
+def mlas_qlinear_conv_op(
+    ctx: OpContext,
+    x: np.ndarray,
+    sx: np.ndarray,
+    zx: np.ndarray,
+    w: np.ndarray,
+    sw: np.ndarray,
+    zw: np.ndarray,
+    sy: np.ndarray,
+    zy: np.ndarray,
+    b: np.ndarray | None = None,
+    *,
+    strides: Sequence[int] | None = None,
+    pads: Sequence[int] | None = None,
+    dilations: Sequence[int] | None = None,
+    group: int = 1,
+) -> np.ndarray:
+    """quanta MlasQLinearConv-1: QLinearConv's inputs and attributes (explicit pads, group
+    1), computed as ORT's u8·s8 kernels without VNNI do, (QC1)-(QC4) (module docstring)."""
+    del ctx  # unused
+    if int(group) != 1:
+        raise OpError(f"MlasQLinearConv: group {group} (group 1 only)")
+    return mlas_qlinear_conv(x, sx, zx, w, sw, zw, sy, zy, b, strides=strides, pads=pads, dilations=dilations)
