@@ -65,8 +65,9 @@ def ort_u8s8_saturates() -> bool:
 def saturation_correction(a: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Σ_j (sat16(p_j) − p_j) of (QC2) for rows ``a`` [P, K] (raw uint8) and weights ``w``
     [F, K] (raw int8), as int64 [P, F]: what MLAS's saturating pairs take from the exact
-    sum. Only a pair whose two weights share a sign and sum in magnitude past 128 can leave
-    int16 (255·128 < 32768), so only those pairs are formed."""
+    sum. A pair (f, j) can leave int16 only when its weights share a sign and the largest
+    codes of columns 2j, 2j+1 times their magnitudes pass 32767 (255·128 < 32768), so only
+    those pairs are formed, all at once."""
     p_count, k = a.shape
     f_count = w.shape[0]
     out = np.zeros((p_count, f_count), np.int64)
@@ -74,10 +75,17 @@ def saturation_correction(a: np.ndarray, w: np.ndarray) -> np.ndarray:
         a = np.pad(a, ((0, 0), (0, 1)))
         w = np.pad(w, ((0, 0), (0, 1)))
     w0, w1 = w[:, 0::2].astype(np.int64), w[:, 1::2].astype(np.int64)
-    can = (w0 * w1 >= 0) & (255 * (np.abs(w0) + np.abs(w1)) > I16_MAX)
-    for f, j in zip(*np.nonzero(can), strict=True):
-        p = a[:, 2 * j].astype(np.int64) * w0[f, j] + a[:, 2 * j + 1].astype(np.int64) * w1[f, j]
-        out[:, f] += np.clip(p, I16_MIN, I16_MAX) - p
+    amax = a.max(axis=0).astype(np.int64) if p_count else np.zeros(a.shape[1], np.int64)
+    reach = amax[0::2][None, :] * np.abs(w0) + amax[1::2][None, :] * np.abs(w1)
+    fs, js = np.nonzero((w0 * w1 >= 0) & (reach > I16_MAX))
+    if fs.size == 0:
+        return out
+    pairs = (
+        a[:, 2 * js].astype(np.int64) * w0[fs, js] + a[:, 2 * js + 1].astype(np.int64) * w1[fs, js]
+    )  # exact
+    lost = np.clip(pairs, I16_MIN, I16_MAX) - pairs  # [P, candidates], fs in increasing order
+    starts = np.flatnonzero(np.r_[True, fs[1:] != fs[:-1]])
+    out[:, fs[starts]] = np.add.reduceat(lost, starts, axis=1)
     return out
 
 
@@ -102,30 +110,35 @@ def mlas_qlinear_conv(
     if w.dtype != np.int8 or x.dtype not in (np.uint8, np.int8):
         raise OpError(f"MlasQLinearConv: x {x.dtype}, w {w.dtype}; expected uint8 / int8 x and int8 w")
     zxv = int(np.asarray(zx).reshape(-1)[0])
-    xu = x.astype(np.int64)
+    xu = x.astype(np.float32)  # codes are exact in float32
     if x.dtype == np.int8:  # QDQS8ToU8Transformer's view: the same values, codes + 128
-        xu, zxv = xu + 128, zxv + 128
+        xu, zxv = xu + np.float32(128), zxv + 128
     geom = conv_attrs(x.shape, w.shape[2:], strides=strides, pads=pads, dilations=dilations)
     n, c = x.shape[:2]
     f = w.shape[0]
     if w.shape[1] != c:
         raise OpError(f"MlasQLinearConv: w has {w.shape[1]} input channels, x {c} (group 1 only)")
-    cols = im2col(xu, geom, pad_value=zxv)  # (N, C, *kernel, *out)
     r = len(geom.kernel_shape)
-    p_shape = cols.shape[2 + r :]
-    # (QC1): rows p = (n, out...), k = (kernel..., c)
-    a = cols.transpose(0, *range(2 + r, 2 + 2 * r), *range(2, 2 + r), 1).reshape(
-        -1, c * int(np.prod(geom.kernel_shape))
-    )
+    p_shape = tuple(geom.out_shape)
+    if all(v == 1 for v in (*geom.kernel_shape, *geom.strides)) and not any(geom.pads):
+        a = xu.reshape(n, c, -1).transpose(0, 2, 1).reshape(-1, c)  # a pointwise Conv: x itself
+    else:
+        cols = im2col(xu, geom, pad_value=float(zxv))  # (N, C, *kernel, *out)
+        # (QC1): rows p = (n, out...), k = (kernel..., c)
+        a = cols.transpose(0, *range(2 + r, 2 + 2 * r), *range(2, 2 + r), 1).reshape(
+            -1, c * int(np.prod(geom.kernel_shape))
+        )
     wk = w.transpose(0, *range(2, 2 + r), 1).reshape(f, -1).astype(np.int64)
     k = a.shape[1]
-    # (QC2): the exact sum (float64 products of integers below 2^53 are exact) plus what
-    # the saturating pairs take from it
-    acc = (a.astype(np.float64) @ wk.T.astype(np.float64)).astype(np.int64) + saturation_correction(a, wk)
+    # (QC2): the exact sum plus what the saturating pairs take from it. Every partial sum
+    # of products of codes is an integer below K·255·128: exact in float32 up to 2^24,
+    # in float64 beyond
+    dt = np.float32 if k * 255 * 128 <= 1 << 24 else np.float64
+    acc = (a.astype(dt, copy=False) @ wk.T.astype(dt)).astype(np.int64)
+    acc += saturation_correction(a, wk)
     zwv = np.broadcast_to(np.asarray(zw).astype(np.int64).reshape(-1), (f,))
-    acc -= (
-        zxv * wk.sum(axis=1)[None, :] + zwv[None, :] * a.sum(axis=1)[:, None] - k * zxv * zwv[None, :]
-    )  # (QC3)
+    row_sums = a.sum(axis=1, dtype=np.float64).astype(np.int64)  # integers below 2^53: exact
+    acc -= zxv * wk.sum(axis=1)[None, :] + zwv[None, :] * row_sums[:, None] - k * zxv * zwv[None, :]  # (QC3)
     if b is not None:
         acc += np.asarray(b).astype(np.int64).reshape(1, f)
     m = (np.float32(np.asarray(sx).reshape(-1)[0]) * np.asarray(sw, np.float32).reshape(-1)) / np.float32(

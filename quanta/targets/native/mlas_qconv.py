@@ -24,10 +24,14 @@ from quanta.ir.graph import Model, Node
 from quanta.kernels.reference.mlas_qconv import QUANTA_DOMAIN, mlas_qlinear_conv_op
 from quanta.targets.base import Kernel
 from quanta.targets.native import register_binder
+from quanta.targets.native.a16w8 import _blas
 
 
 def _mlas_qlinear_conv(ctx: Any, *inputs: Any, out: Any = None, **attrs: Any) -> np.ndarray:
-    y = mlas_qlinear_conv_op(ctx, *inputs, **attrs)
+    # one BLAS thread: the products are small, and a BLAS pool spinning against the
+    # session's own threads took 17 ms for a 144 x 88 x 88 product (0.07 ms on one)
+    with _blas().limit(limits=1, user_api="blas"):
+        y = mlas_qlinear_conv_op(ctx, *inputs, **attrs)
     if out is None:
         return y
     np.copyto(out, y)
