@@ -492,19 +492,22 @@ def _s8_pair_to_u8(v: Value | None, m: Match) -> bool:
     QuantizeLinear's output read by one DequantizeLinear and nothing else (not a graph
     output), that DequantizeLinear read by one node, both with the same constant
     per-tensor zero point (qdq_s8_to_u8.cc, after EnsureUniqueDQForNodeUnit)."""
-    if v is None or v.producer is None or v.producer.op_type != "QuantizeLinear":
+    # a group QdqConvToMlasQLinearConv already wrote produces the codes of its QuantizeLinear
+    # (ORT decides on the graph as written): its y_zero_point is input 7
+    fused = v is not None and v.producer is not None and v.producer.op_type == "MlasQLinearConv"
+    if v is None or v.producer is None or (v.producer.op_type != "QuantizeLinear" and not fused):
         return False
     if len(v.uses) != 1 or any(o is v for o in m.graph.outputs):
         return False
     dq = v.uses[0][0]
-    if dq.op_type != "DequantizeLinear" or len(dq.inputs) < 3 or len(v.producer.inputs) < 3:
+    if dq.op_type != "DequantizeLinear" or len(dq.inputs) < 3 or len(v.producer.inputs) < (8 if fused else 3):
         return False
     # EnsureUniqueDQForNodeUnit runs first: a DequantizeLinear read twice becomes one per
     # reader, and the Q then has more than one output edge
     out = dq.outputs[0]
     if len(out.uses) != 1 or any(o is out for o in m.graph.outputs):
         return False
-    zq, zd = _constant(v.producer.inputs[2]), _constant(dq.inputs[2])
+    zq, zd = _constant(v.producer.inputs[7 if fused else 2]), _constant(dq.inputs[2])
     if zq is None or zd is None or zq.size != 1 or zd.size != 1:
         return False
     return int(zq.reshape(-1)[0]) == int(zd.reshape(-1)[0])
