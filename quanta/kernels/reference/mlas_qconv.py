@@ -62,31 +62,41 @@ def ort_u8s8_saturates() -> bool:
     return "avx2" in flags and "avx_vnni" not in flags and "avx512_vnni" not in flags
 
 
+#: candidate (row, pair) entries formed at once (each a row of F products)
+CHUNK = 1 << 14
+
+
 def saturation_correction(a: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Σ_j (sat16(p_j) − p_j) of (QC2) for rows ``a`` [P, K] (raw uint8) and weights ``w``
-    [F, K] (raw int8), as int64 [P, F]: what MLAS's saturating pairs take from the exact
-    sum. A pair (f, j) can leave int16 only when its weights share a sign and the largest
-    codes of columns 2j, 2j+1 times their magnitudes pass 32767 (255·128 < 32768), so only
-    those pairs are formed, all at once."""
+    """Σ_j (sat16(p_j) − p_j) of (QC2) for rows ``a`` [P, K] (raw uint8 codes, any real
+    dtype) and weights ``w`` [F, K] (raw int8), as int64 [P, F]: what MLAS's saturating
+    pairs take from the exact sum. A pair leaves int16 only when a[p, 2j]·|w[f, 2j]| +
+    a[p, 2j+1]·|w[f, 2j+1]| passes 32767 (255·128 < 32768 keeps a single product inside),
+    so the pairs are formed only for the (row, pair) entries whose bound with the largest
+    weights of that pair passes it; a pair that stays inside contributes 0. Every product
+    and pair sum is an integer below 2^17: exact in float32."""
     p_count, k = a.shape
     f_count = w.shape[0]
     out = np.zeros((p_count, f_count), np.int64)
     if k % 2:
         a = np.pad(a, ((0, 0), (0, 1)))
         w = np.pad(w, ((0, 0), (0, 1)))
-    w0, w1 = w[:, 0::2].astype(np.int64), w[:, 1::2].astype(np.int64)
-    amax = a.max(axis=0).astype(np.int64) if p_count else np.zeros(a.shape[1], np.int64)
-    reach = amax[0::2][None, :] * np.abs(w0) + amax[1::2][None, :] * np.abs(w1)
-    fs, js = np.nonzero((w0 * w1 >= 0) & (reach > I16_MAX))
-    if fs.size == 0:
-        return out
-    pairs = (
-        a[:, 2 * js].astype(np.int64) * w0[fs, js] + a[:, 2 * js + 1].astype(np.int64) * w1[fs, js]
-    )  # exact
-    lost = np.clip(pairs, I16_MIN, I16_MAX) - pairs  # [P, candidates], fs in increasing order
-    starts = np.flatnonzero(np.r_[True, fs[1:] != fs[:-1]])
-    out[:, fs[starts]] = np.add.reduceat(lost, starts, axis=1)
+    a = a.astype(np.float32, copy=False)
+    w0, w1 = w[:, 0::2].astype(np.float32), w[:, 1::2].astype(np.float32)
+    a0, a1 = a[:, 0::2], a[:, 1::2]
+    bound = a0 * np.abs(w0).max(axis=0) + a1 * np.abs(w1).max(axis=0)  # [P, J]
+    rows, pairs = np.nonzero(bound > I16_MAX)  # rows in increasing order
+    for c in range(0, rows.size, CHUNK):
+        r, j = rows[c : c + CHUNK], pairs[c : c + CHUNK]
+        prod = a0[r, j][:, None] * w0[:, j].T + a1[r, j][:, None] * w1[:, j].T  # [candidates, F]
+        lost = (np.clip(prod, I16_MIN, I16_MAX) - prod).astype(np.float64)
+        starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+        out[r[starts]] += np.add.reduceat(lost, starts, axis=0).astype(np.int64)
     return out
+
+
+#: k per float32 GEMM: every partial sum of K products of codes (|x'·w| <= 255·128) is an
+#: integer below 2^24, so float32 is exact
+EXACT_F32_K = (1 << 24) // (255 * 128)
 
 
 def mlas_qlinear_conv(
@@ -130,11 +140,12 @@ def mlas_qlinear_conv(
         )
     wk = w.transpose(0, *range(2, 2 + r), 1).reshape(f, -1).astype(np.int64)
     k = a.shape[1]
-    # (QC2): the exact sum plus what the saturating pairs take from it. Every partial sum
-    # of products of codes is an integer below K·255·128: exact in float32 up to 2^24,
-    # in float64 beyond
-    dt = np.float32 if k * 255 * 128 <= 1 << 24 else np.float64
-    acc = (a.astype(dt, copy=False) @ wk.T.astype(dt)).astype(np.int64)
+    # (QC2): the exact sum, in float32 GEMMs of EXACT_F32_K terms, plus what the
+    # saturating pairs take from it
+    wt = wk.T.astype(np.float32)
+    acc = np.zeros((a.shape[0], f), np.int64)
+    for k0 in range(0, k, EXACT_F32_K):
+        acc += (a[:, k0 : k0 + EXACT_F32_K] @ wt[k0 : k0 + EXACT_F32_K]).astype(np.int64)
     acc += saturation_correction(a, wk)
     zwv = np.broadcast_to(np.asarray(zw).astype(np.int64).reshape(-1), (f,))
     row_sums = a.sum(axis=1, dtype=np.float64).astype(np.int64)  # integers below 2^53: exact
