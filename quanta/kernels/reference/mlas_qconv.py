@@ -21,9 +21,10 @@ docs/float-ops.md (QC1)-(QC4)::
 Checked against onnxruntime 1.32 on this CPU (Zen 3, AVX2) bit for bit: 12 geometries
 (C = 1 ... 12, kernels 1, 3, 5, 7, strides 1 / 2, symmetric and asymmetric weights, 1 and
 2 threads), where the exact sum differs on most codes; (kh, kw, c) is the order: the (c,
-kh, kw) pairing differs. Not modelled: depthwise Convs (ORT's depthwise kernel widens to
-int32: exact, quanta's own path) and group > 1; CPUs with VNNI, where ORT's kernels do not
-saturate (the session asks for this op only where they do).
+kh, kw) pairing differs. A grouped Conv is one such GEMM per group (checked: groups of 2,
+3 and 4 input channels). Not this op: depthwise Convs (one input channel and one filter
+per group: ORT's depthwise kernel is exact, as quanta's own path), and CPUs with VNNI,
+where ORT's kernels do not saturate (the session asks for this op only where they do).
 """
 
 from __future__ import annotations
@@ -185,6 +186,38 @@ def mlas_qlinear_conv_op(
     """quanta MlasQLinearConv-1: QLinearConv's inputs and attributes (explicit pads, group
     1), computed as ORT's u8·s8 kernels without VNNI do, (QC1)-(QC4) (module docstring)."""
     del ctx  # unused
-    if int(group) != 1:
-        raise OpError(f"MlasQLinearConv: group {group} (group 1 only)")
-    return mlas_qlinear_conv(x, sx, zx, w, sw, zw, sy, zy, b, strides=strides, pads=pads, dilations=dilations)
+    g = int(group)
+    if g == 1:
+        return mlas_qlinear_conv(
+            x, sx, zx, w, sw, zw, sy, zy, b, strides=strides, pads=pads, dilations=dilations
+        )
+    # one GEMM per group (ORT's grouped QLinearConv), each in (QC1)-(QC4)
+    c, f = x.shape[1], w.shape[0]
+    if c % g or f % g or w.shape[1] != c // g:
+        raise OpError(f"MlasQLinearConv: group {g} does not divide x's {c} channels and w's {f} filters")
+    cg, fg = c // g, f // g
+    if cg == 1 and fg == 1:
+        raise OpError("MlasQLinearConv: a depthwise Conv (ORT's depthwise kernel is exact: quanta's own)")
+    sw_a, zw_a = np.asarray(sw), np.asarray(zw)
+
+    def part(v: np.ndarray, k: int) -> np.ndarray:
+        return v if v.size == 1 else v.reshape(-1)[k * fg : (k + 1) * fg]
+
+    ys = [
+        mlas_qlinear_conv(
+            x[:, k * cg : (k + 1) * cg],
+            sx,
+            zx,
+            w[k * fg : (k + 1) * fg],
+            part(sw_a, k),
+            part(zw_a, k),
+            sy,
+            zy,
+            None if b is None else np.asarray(b)[k * fg : (k + 1) * fg],
+            strides=strides,
+            pads=pads,
+            dilations=dilations,
+        )
+        for k in range(g)
+    ]
+    return np.concatenate(ys, axis=1)

@@ -635,8 +635,8 @@ class QdqConvToMlasQLinearConv(Rule):
         if wq.ndim != 4:
             return NoMatch(f"w of rank {wq.ndim} (2-D Convs only)")
         group = int(conv.attrs.get("group", 1))
-        if group != 1:
-            return NoMatch(f"group {group}: ORT's depthwise kernel is exact, grouped GEMMs not modelled")
+        if group > 1 and wq.shape[1] == 1 and wq.shape[0] == group:
+            return NoMatch("a depthwise Conv: ORT's depthwise kernel is exact (quanta's own path)")
         auto = conv.attrs.get("auto_pad", "NOTSET")
         auto = auto.decode() if isinstance(auto, bytes) else auto
         if auto not in ("NOTSET", "VALID", ""):
@@ -655,7 +655,7 @@ class QdqConvToMlasQLinearConv(Rule):
         conv = m.node("c")
         auto = conv.attrs.get("auto_pad", "NOTSET")
         auto = auto.decode() if isinstance(auto, bytes) else auto
-        attrs = {k: v for k, v in conv.attrs.items() if k in ("strides", "dilations")}
+        attrs = {k: v for k, v in conv.attrs.items() if k in ("strides", "dilations", "group")}
         rank = m.data["wq"].ndim - 2
         attrs["pads"] = (
             [int(v) for v in conv.attrs.get("pads", [0] * 2 * rank)]

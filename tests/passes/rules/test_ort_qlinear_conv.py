@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from quanta.ir.onnx_io import load
-from quanta.kernels.reference.mlas_qconv import mlas_qlinear_conv, ort_u8s8_saturates
+from quanta.kernels.reference.mlas_qconv import mlas_qlinear_conv, mlas_qlinear_conv_op, ort_u8s8_saturates
 from quanta.passes.rules.ort_float_functions import OrtFloatFunctions
 from quanta.session import InferenceSession, SessionOptions
 from tests.passes.helpers import run_passes
@@ -168,8 +168,40 @@ def test_groups_the_rule_leaves_say_why():
     p = OrtFloatFunctions(u8s8_saturates=True)
     run_passes(model, [p])
     assert [r.reason for r in p.why_not("QdqConvToMlasQLinearConv")] == [
-        "group 4: ORT's depthwise kernel is exact, grouped GEMMs not modelled"
+        "a depthwise Conv: ORT's depthwise kernel is exact (quanta's own path)"
     ]
+
+
+@needs_saturating_cpu
+@pytest.mark.parametrize("c, f, k, g", [(8, 6, 3, 2), (12, 8, 1, 4), (20, 10, 3, 10)])
+def test_grouped_twin_is_onnxruntime_qlinear_conv_bit_for_bit(c, f, k, g):
+    """A grouped (not depthwise) QLinearConv is one saturating GEMM per group."""
+    rng = np.random.default_rng(c + g)
+    x = rng.integers(150, 256, (1, c, 11, 13)).astype(np.uint8)
+    w = heavy_weights(rng, (f, c // g, k, k))
+    values = dict(
+        sx=np.array(0.02, np.float32),
+        zx=np.array(137, np.uint8),
+        w=w,
+        sw=np.array(0.003, np.float32),
+        zw=np.array(0, np.int8),
+        sy=np.array(0.9, np.float32),
+        zy=np.array(100, np.uint8),
+        b=rng.integers(-1000, 1000, f).astype(np.int32),
+    )
+    node = helper.make_node(
+        "QLinearConv", ["x", *values], ["y"], kernel_shape=[k, k], pads=[k // 2] * 4, group=g
+    )
+    gr = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
+        initializer=[numpy_helper.from_array(v, n) for n, v in values.items()],
+    )
+    expected = ort_run(helper.make_model(gr, opset_imports=[helper.make_opsetid("", 13)]), {"x": x})[0]
+    got = mlas_qlinear_conv_op(None, x, *values.values(), pads=[k // 2] * 4, group=g)
+    np.testing.assert_array_equal(got, expected)
 
 
 def test_rule_runs_only_where_onnxruntime_saturates():
