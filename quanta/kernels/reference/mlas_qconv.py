@@ -128,7 +128,7 @@ def mlas_qlinear_conv(
     n, c = x.shape[:2]
     f = w.shape[0]
     if w.shape[1] != c:
-        raise OpError(f"MlasQLinearConv: w has {w.shape[1]} input channels, x {c} (group 1 only)")
+        raise OpError(f"MlasQLinearConv: w has {w.shape[1]} input channels, x {c} (one group here)")
     r = len(geom.kernel_shape)
     p_shape = tuple(geom.out_shape)
     if all(v == 1 for v in (*geom.kernel_shape, *geom.strides)) and not any(geom.pads):
@@ -183,8 +183,9 @@ def mlas_qlinear_conv_op(
     dilations: Sequence[int] | None = None,
     group: int = 1,
 ) -> np.ndarray:
-    """quanta MlasQLinearConv-1: QLinearConv's inputs and attributes (explicit pads, group
-    1), computed as ORT's u8·s8 kernels without VNNI do, (QC1)-(QC4) (module docstring)."""
+    """quanta MlasQLinearConv-1: QLinearConv's inputs and attributes (explicit pads; a
+    group is one GEMM, depthwise refused), computed as ORT's u8·s8 kernels without VNNI
+    do, (QC1)-(QC4) (module docstring)."""
     del ctx  # unused
     g = int(group)
     if g == 1:
