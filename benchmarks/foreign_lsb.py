@@ -56,20 +56,32 @@ def model_of(name: str) -> zoo.Model:
     return zoo.Model(entry, CACHE)
 
 
-def with_outputs(path: Path, names: list[str], feed: dict, tmp: Path) -> tuple[onnx.ModelProto, Path]:
-    """``path`` with ``names`` as extra graph outputs, typed from one ORT run (contrib
-    QuantizeLinear outputs get no type from shape inference, and quanta needs one)."""
+def with_outputs(
+    path: Path, names: list[str], feed: dict | list[dict], tmp: Path
+) -> tuple[onnx.ModelProto, Path]:
+    """``path`` with ``names`` as extra graph outputs, typed from ORT's runs on the first and
+    last of ``feed`` (contrib QuantizeLinear outputs get no type from shape inference, and
+    quanta needs one): the sizes both runs agree on, the others unknown (a rule that reads
+    a weight's shape or builds per-channel constants needs them)."""
+    feeds = feed if isinstance(feed, list) else [feed]
     m = onnx.load(str(path))
     have = {o.name for o in m.graph.output}
     for n in names:
         if n not in have:
             m.graph.output.append(onnx.ValueInfoProto(name=n))
     onnx.save(m, str(tmp))
-    got = zoo.ort_session(tmp).run(None, feed)
-    for o, arr in zip(m.graph.output, got, strict=True):
+    sess = zoo.ort_session(tmp)
+    first = sess.run(None, feeds[0])
+    last = sess.run(None, feeds[-1]) if len(feeds) > 1 else first
+    for o, arr, other in zip(m.graph.output, first, last, strict=True):
         if not o.type.HasField("tensor_type"):
+            dims = (
+                [a if a == b else None for a, b in zip(arr.shape, other.shape, strict=True)]
+                if arr.ndim == other.ndim
+                else None
+            )
             o.CopyFrom(
-                helper.make_tensor_value_info(o.name, helper.np_dtype_to_tensor_dtype(arr.dtype), None)
+                helper.make_tensor_value_info(o.name, helper.np_dtype_to_tensor_dtype(arr.dtype), dims)
             )
     onnx.save(m, str(tmp))
     return m, tmp
@@ -104,7 +116,7 @@ def groups(name: str, path: Path, n_feeds: int, optimize: bool, tmp: Path) -> di
     qs = {n.output[0]: n for n in m.graph.node if n.op_type == "QuantizeLinear" and n.input[0] not in inits}
     parts = {q: group(n) for q, n in qs.items()}
     names = sorted(set(qs) | {c for codes, _ in parts.values() for c in codes if c in prod})
-    m2, file = with_outputs(path, names, model.eval[0], tmp)
+    m2, file = with_outputs(path, names, model.eval[:n_feeds], tmp)
     ort_s = zoo.ort_session(file, optimize=optimize)
     q_s = zoo.quanta_session(file)
     outs = [o.name for o in m2.graph.output]

@@ -41,7 +41,9 @@ def eval_feed(name: str, kind: str, cache: Path) -> Feed:
     return zoodata.feeds(name, "eval", 1, cache)[0]
 
 
-def time_file(path: Path, feed: Feed, rounds: int, per_round: int) -> dict[str, float]:
+def time_file(
+    path: Path, feed: Feed, rounds: int, per_round: int, float_functions: str = "auto"
+) -> dict[str, float]:
     import onnxruntime as ort
 
     import quanta
@@ -50,6 +52,7 @@ def time_file(path: Path, feed: Feed, rounds: int, per_round: int) -> dict[str, 
     for threads in (1, 2):
         so = quanta.SessionOptions()
         so.intra_op_num_threads = threads
+        so.float_functions = float_functions
         sessions[f"q{threads}"] = quanta.InferenceSession(str(path), so)
         oso = ort.SessionOptions()
         oso.intra_op_num_threads = threads
@@ -98,6 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--per-round", type=int, default=5)
     ap.add_argument("--json")
+    ap.add_argument(
+        "--float-functions",
+        default="auto",
+        choices=("auto", "onnx", "ort"),
+        help="quanta's SessionOptions.float_functions ('ort': ORT's float order, docs/float-ops.md)",
+    )
     args = ap.parse_args(argv)
     cache = zoodata.cache_dir()
     manifest = {m["name"]: m for m in json.loads((cache / "manifest.json").read_text())["models"]}
@@ -121,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         feed = eval_feed(base, entry["kind"], cache)
         for config, path in files:
             try:
-                t = time_file(path, feed, args.rounds, args.per_round)
+                t = time_file(path, feed, args.rounds, args.per_round, args.float_functions)
             except Exception as e:  # one file's failure does not end the table
                 print(f"| {name} | {config} | {type(e).__name__}: {str(e)[:100]} |", flush=True)
                 continue

@@ -244,9 +244,15 @@ class InferenceSession:
                 if self._options.float_functions == "ort"
                 else None
             )
+            # by name also the Conv groups ORT fuses, as its u8·s8 kernels compute them on
+            # this CPU (pairs of products saturate without VNNI: reference/mlas_qconv.py)
+            from quanta.kernels.reference.mlas_qconv import ort_u8s8_saturates
             from quanta.passes.rules.ort_integer_resize import OrtIntegerResize
 
-            PassManager([OrtFloatFunctions(threads=threads), OrtIntegerResize()]).run(model)
+            saturates = self._options.float_functions == "ort" and ort_u8s8_saturates()
+            PassManager(
+                [OrtFloatFunctions(threads=threads, u8s8_saturates=saturates), OrtIntegerResize()]
+            ).run(model)
         if self._options.dynamic_weight_only:
             # what the graph computes, not an optimization: on every level and target
             from quanta.passes.lower.weight_only_matmul import DynamicWeightMatMuls

@@ -410,9 +410,23 @@ FACTS = OpTable(
         Op("OrtGRU", QUANTA, compute=True, macs=MacKind.RECURRENT),
         # ONNX Runtime's float Conv in MLAS's order (the same rule file; reference/mlas_conv.py)
         Op("MlasConv", QUANTA, compute=True),
+        # ONNX Runtime's QLinearConv as its u8·s8 kernels without VNNI compute it (the same
+        # rule file): written before lowering, so it reads and writes codes in the qdq stage too
+        Op(
+            "MlasQLinearConv",
+            QUANTA,
+            shape_only=True,
+            weights=(3,),
+            quant=True,
+            stages=QDQ_AND_LOWERED,
+            macs=MacKind.CONV,
+            integer_op=True,
+        ),
         # ONNX Runtime's ReduceMean / ReduceSum order over the trailing axes (the same rule file)
         Op("OrtReduceMean", QUANTA, shape_only=True),
         Op("OrtReduceSum", QUANTA, shape_only=True),
+        # ONNX Runtime's float GlobalAveragePool in MlasPool's order (the same rule file)
+        Op("MlasGlobalAveragePool", QUANTA, shape_only=True),
         Op("Mod", shape_only=True),
         Op(
             "Mul",

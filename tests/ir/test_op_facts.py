@@ -34,7 +34,7 @@ _QUANT = {
     "MatMulInteger", "ConvInteger", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearGlobalAveragePool",
     "QLinearAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "AccumulatorToFloat",
     "AccumulatorToQuant", "SoftmaxQuant", "MulQuant", "QLinearLookup", "QLinearConv16", "QLinearMatMul16", "QLinearMatMulAdd", "MatMulW4A8", "QuantizeMX", "MatMulMX", "ConvMX",
-    "QLinearAffine16", "QLinearAdd16", "QLinearMul16",
+    "QLinearAffine16", "QLinearAdd16", "QLinearMul16", "MlasQLinearConv",
 }  # fmt: skip
 #: the elementwise activations lowering turns into a 256-entry table (quanta QLinearLookup)
 _TABLED = (
@@ -54,7 +54,7 @@ PINNED = {
     "quanta.ir.op_rules.QUANT_OPS": _QUANT,
     "quanta.ir.op_rules.STAGE_QUANT_OPS": {
         Stage.FLOAT: set(),
-        Stage.QDQ: {"QuantizeLinear", "DequantizeLinear", "QuantizeMX"},
+        Stage.QDQ: {"QuantizeLinear", "DequantizeLinear", "QuantizeMX", "MlasQLinearConv"},
         Stage.LOWERED: _QUANT,
     },
     "quanta.passes.coverage.COMPUTE_OPS": {
@@ -89,7 +89,7 @@ PINNED = {
         "QLinearGlobalAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax",
         "DynamicQuantizeLSTM", "DynamicQuantizeGRU", "QAttention", "QLinearLookup", "QLinearConv16", "QLinearMatMul16", "QLinearMatMulAdd", "MatMulW4A8",
         "MatMulMX", "ConvMX", "IntConv", "IntMatMul", "IntRescale", "IntAdd", "IntMul", "IntLookup", "IntSoftmax",
-        "IntLayerNorm", "IntGelu", "IntGlobalAveragePool", "QLinearAffine16", "QLinearAdd16", "QLinearMul16",
+        "IntLayerNorm", "IntGelu", "IntGlobalAveragePool", "QLinearAffine16", "QLinearAdd16", "QLinearMul16", "MlasQLinearConv",
     },
     "quanta.passes.coverage.MAC_KIND": {
         "Conv": MacKind.CONV, "QLinearConv": MacKind.CONV, "ConvInteger": MacKind.CONV,
@@ -102,13 +102,13 @@ PINNED = {
         "DynamicQuantizeLSTM": MacKind.RECURRENT, "DynamicQuantizeGRU": MacKind.RECURRENT,
         "OrtLSTM": MacKind.RECURRENT,
         "OrtGRU": MacKind.RECURRENT,
-        "QLinearConv16": MacKind.CONV, "QLinearMatMul16": MacKind.MATMUL, "QLinearMatMulAdd": MacKind.MATMUL, "MatMulBf16": MacKind.MATMUL,
+        "QLinearConv16": MacKind.CONV, "MlasQLinearConv": MacKind.CONV, "QLinearMatMul16": MacKind.MATMUL, "QLinearMatMulAdd": MacKind.MATMUL, "MatMulBf16": MacKind.MATMUL,
         "MatMulW8": MacKind.MATMUL,
         "MatMulBias": MacKind.MATMUL,
         "IntConv": MacKind.CONV, "IntMatMul": MacKind.MATMUL, "MatMulMX": MacKind.MATMUL,
         "ConvMX": MacKind.CONV,
     },
-    "quanta.passes.coverage._CONV_WEIGHT": {"Conv": 1, "ConvInteger": 1, "QLinearConv": 3, "QLinearConv16": 3, "IntConv": 1, "ConvMX": 1},
+    "quanta.passes.coverage._CONV_WEIGHT": {"Conv": 1, "ConvInteger": 1, "QLinearConv": 3, "QLinearConv16": 3, "MlasQLinearConv": 3, "IntConv": 1, "ConvMX": 1},
     "quanta.passes.coverage.LOWER_RULE_OF": {
         "Conv": "LowerConv", "MatMul": "LowerMatMul", "Gemm": "LowerGemm", "Add": "LowerBinary",
         "Mul": "LowerBinary", "Concat": "LowerConcat", "AveragePool": "LowerPool",
@@ -142,7 +142,7 @@ PINNED = {
     "quanta.runtime.static_steps.QUANTA_SHAPE_ONLY_OPS": {
         "AccumulatorToFloat", "AccumulatorToQuant", "SoftmaxQuant", "MulQuant", "Conv", "ConvMX", "LayerNormDiv", "MatMulBf16", "MatMulMX",
         "MatMulW4A8", "MatMulW8", "MatMulBias", "MlasLogistic", "MlasTanh", "QLinearConv16", "QLinearLookup", "QLinearMatMul16", "QLinearMatMulAdd", "TransposeView",
-        "RMSNormDiv", "MlasGeluTanh", "OrtReduceMean", "OrtReduceSum",
+        "RMSNormDiv", "MlasGeluTanh", "OrtReduceMean", "OrtReduceSum", "MlasGlobalAveragePool", "MlasQLinearConv",
         "ConvNchwc", "MaxPoolNchwc", "GlobalAveragePoolNchwc", "ReorderNchwc", "ReorderNchw",
         "QLinearAffine16", "QLinearAdd16", "QLinearMul16",
     },
@@ -166,7 +166,7 @@ PINNED = {
         "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "NhwcMaxPool", "FastGelu", "AccumulatorToFloat",
         "AccumulatorToQuant", "SoftmaxQuant", "MulQuant", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
         "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "MlasLogistic", "MlasTanh", "LayerNormDiv", "RMSNormDiv",
-        "MlasGeluTanh", "OrtReduceMean", "OrtReduceSum",
+        "MlasGeluTanh", "OrtReduceMean", "OrtReduceSum", "MlasGlobalAveragePool", "MlasQLinearConv",
         "QLinearConv16", "QLinearMatMul16", "QLinearMatMulAdd", "MatMulW4A8", "MatMulBf16", "MatMulMX", "ConvMX", "MatMulW8", "MatMulBias",
         "ConvNchwc", "MaxPoolNchwc", "GlobalAveragePoolNchwc", "ReorderNchwc", "ReorderNchw",
         "QLinearAffine16", "QLinearAdd16", "QLinearMul16",

@@ -45,6 +45,15 @@ build, then ``/ f32(N)`` for the mean), docs/float-ops.md (ER1)-(ER4)::
     (ER3) s = f32(f32(p0[0] + p0[2]) + f32(p0[1] + p0[3])), then s += x[i] for i < a0
           and for i >= a0 + 4K, in increasing i
     (ER4) K = 0: s = x[0], then s += x[i], i = 1 .. N − 1
+
+``MlasGlobalAveragePool`` is the float32 GlobalAveragePool of an NC... input as ORT's CPU
+kernel computes it: ``MlasPool`` with global pooling (pooling.cpp ``MlasPoolGlobalKernel``,
+SSE vectors of 4 on x86-64), one row [N] per (n, c), N the product of the spatial sizes,
+docs/float-ops.md (GP1)-(GP3)::
+
+    (GP1) lane j (0 <= j < 4) starts at +0 and adds x[4k + j], k = 0 .. N//4 − 1, in order
+    (GP2) s = f32(f32(l0 + l2) + f32(l1 + l3)), then s += x[i] for i = 4·(N//4) .. N − 1
+    (GP3) y = f32(s / f32(N))
 """
 
 from __future__ import annotations
@@ -64,6 +73,8 @@ __all__ = [
     "eigen_sum_rows",
     "mlas_gelu_tanh",
     "mlas_gelu_tanh_op",
+    "mlas_global_average_pool_op",
+    "mlas_global_average_rows",
     "mlas_logistic_op",
     "mlas_tanh_op",
     "ort_gru_op",
@@ -250,3 +261,47 @@ def ort_reduce_mean_op(
     """quanta OrtReduceMean-1: float32 ReduceMean over the trailing ``axes`` (all when
     absent) as ORT computes it: f32(s / f32(N)), s by (ER1)-(ER4) (module docstring)."""
     return _ort_reduce("OrtReduceMean", ctx, x, axes, keepdims, mean=True)
+
+
+# --------------------------------------------------------------------------------------
+# GlobalAveragePool: MLAS's global pooling kernel (GP1)-(GP3)
+# --------------------------------------------------------------------------------------
+
+#: floats in one of MLAS's MLAS_FLOAT32X4 vectors (its NCHW pooling kernels are SSE on x86-64)
+MLAS_POOL_LANES = 4
+
+
+def mlas_global_average_rows(rows: np.ndarray) -> np.ndarray:
+    """The mean of every row of ``rows`` [R, N] (float32) in MLAS's order (GP1)-(GP3)
+    (module docstring); shape [R]. ``np.add.accumulate`` is a running sum, element by
+    element in order, so its last entry is (GP1)'s sequential lane sum.
+
+    >>> v = np.array([[2**24, 1, 1, 1, 1, 1, 1, 1]], np.float32)    # lanes 2^24, 2, 2, 2
+    >>> float(mlas_global_average_rows(v)[0]) * 8                    # in order: 2^24
+    16777222.0
+    """
+    rows = np.asarray(rows, np.float32)
+    r, n = rows.shape
+    k = n // MLAS_POOL_LANES
+    if k:
+        blocks = rows[:, : MLAS_POOL_LANES * k].reshape(r, k, MLAS_POOL_LANES)
+        # + 0: the lanes start at +0, so a lane of −0 elements is +0 (accumulate starts at x)
+        lanes = np.add(np.add.accumulate(blocks, axis=1)[:, -1], np.float32(0))
+        s = np.add(np.add(lanes[:, 0], lanes[:, 2]), np.add(lanes[:, 1], lanes[:, 3]))
+    else:
+        s = np.zeros(r, np.float32)
+    for i in range(MLAS_POOL_LANES * k, n):
+        s = np.add(s, rows[:, i])
+    with np.errstate(invalid="ignore"):  # N = 0: 0 / 0
+        return np.divide(s, np.float32(n), dtype=np.float32)
+
+
+@register("MlasGlobalAveragePool", QUANTA_DOMAIN)
+def mlas_global_average_pool_op(ctx: OpContext, x: np.ndarray) -> np.ndarray:
+    """quanta MlasGlobalAveragePool-1: float32 GlobalAveragePool of x [N, C, spatial...] as
+    ORT's MlasPool computes it, (GP1)-(GP3) (module docstring)."""
+    x = _f32(ctx, x)
+    if x.ndim < 3:
+        raise OpError(f"MlasGlobalAveragePool: input of rank {x.ndim}, expected N, C and spatial axes")
+    rows = np.ascontiguousarray(x).reshape(x.shape[0] * x.shape[1], -1)
+    return mlas_global_average_rows(rows).reshape(x.shape[:2] + (1,) * (x.ndim - 2))

@@ -10,9 +10,14 @@ Rules (each replaces the ONNX function by ORT's computation of it)::
                           -> %y = quanta::MlasConv(DQ(%x), DQ(w), b?, threads=T)
     %y = ReduceMean|ReduceSum(%x: f32, axes?)                    ReduceToOrtReduce
                           -> %y = quanta::OrtReduceMean|OrtReduceSum(%x)   axes: the trailing ones
+    %y = Q(Conv(DQ(%xq), DQ(wq: i8), DQ(b)?))   (a group ORT fuses)   QdqConvToMlasQLinearConv
+                          -> %y = quanta::MlasQLinearConv(%xq, sx, zx, wq, sw, zw, sy, zy, b?)
+    %y = GlobalAveragePool(DQ(%x))                                GlobalAveragePoolToMlasPool
+                          -> %y = quanta::MlasGlobalAveragePool(DQ(%x))
     %y = BatchNormalization(%x: f32, s, b, mean, var)             BatchNormToOrtAffine
                           -> %y = Add(Mul(%x, a), c)   a = f32(f32(1 / f32(sqrt(f32(var + eps)))) · s)
                                                        c = f32(b − f32(mean · a))   ([C, 1, ...])
+                          (s, b, mean, var: constants, or DequantizeLinear of constant codes)
 
 Why: ONNX defines Sigmoid and Tanh as the exact functions, and quanta computes them within
 2.4 and 2 ulp (docs/float-ops.md (Σ1)-(Σ2), (T1)-(T4)). ONNX Runtime computes MLAS's
@@ -86,7 +91,29 @@ files leave it float when its Conv is quantized first) re-rounds them: ppocr_cls
 QOperator format ends 21 output steps from ORT with quanta's formula, 0 with ORT's.
 Only an inference BatchNormalization (no training outputs used, spatial, constant
 parameters, x of known rank >= 2) is rewritten; its Mul and Add are float32 IEEE
-operations on every target, so the result is ORT's bit for bit.
+operations on every target, so the result is ORT's bit for bit. A parameter may be a
+DequantizeLinear of constant codes (ORT's 16-bit files quantize the BatchNormalization
+scale: ``Q(scale) -> DQ``), computed as ORT's kernels compute them. There ORT keeps the
+16-bit group ``DQ -> BatchNormalization -> Q`` float, where quanta's exact affine map
+(QLinearAffine16) rounds the exact value once: ppocr_cls's 16-bit file differed on 13 of
+36,864 codes of its first such group.
+
+QLinearConv: the Conv groups ONNX Runtime fuses (uint8 activations, int8 weights) run on
+MLAS's u8·s8 kernels, which on x86 without VNNI sum two adjacent products of raw codes
+into a saturating int16 (``vpmaddubsw``; :mod:`quanta.kernels.reference.mlas_qconv`,
+docs/float-ops.md (QC1)-(QC4)); quanta's integer Conv sums exactly. ppocr_cls quantized
+by ORT's default QDQ recipe (an image at zero point 128, asymmetric weights) differs on
+10,114 of 18,432 codes of its first Conv group. The session asks for this rule only with
+``float_functions="ort"`` by name and on a CPU where ORT's kernels saturate.
+
+GlobalAveragePool: ONNX Runtime's CPU kernel is ``MlasPool`` (pooling.cpp
+``MlasPoolGlobalKernel``): four lane sums of a row, a two-step horizontal add, the elements
+past the last vector, then ``/ f32(N)`` (docs/float-ops.md (GP1)-(GP3)); quanta's sums 16
+lanes. ORT keeps a 16-bit (or int8) group ``DQ -> GlobalAveragePool -> Q`` float, and its
+last bits choose codes (ppocr_cls's 16-bit file: 1 of 88 codes at its third squeeze-excite
+mean). Only a GlobalAveragePool fed by a DequantizeLinear is rewritten: after a float
+Conv, ORT's NCHWc transformer may run the pool in its blocked layout (another order, not
+modelled); 8-bit groups ORT fuses (QLinearGlobalAveragePool) are integer in both.
 """
 
 from __future__ import annotations
@@ -104,9 +131,11 @@ __all__ = [
     "QUANTA_DOMAIN",
     "BatchNormToOrtAffine",
     "ConvToMlasConv",
+    "GlobalAveragePoolToMlasPool",
     "GruToOrtGru",
     "LstmToOrtLstm",
     "OrtFloatFunctions",
+    "QdqConvToMlasQLinearConv",
     "ReduceToOrtReduce",
     "SigmoidToMlasLogistic",
     "TanhToMlasTanh",
@@ -163,6 +192,59 @@ def _constant(v: Value | None) -> np.ndarray | None:
     return None
 
 
+def _qdq_constants(p: Node, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(scale as float32, zero point as int64) of a Q / DQ node with constant parameters,
+    shaped to broadcast against ``shape`` (per tensor or along ``axis``), else None."""
+    scale = _constant(p.inputs[1]) if len(p.inputs) > 1 else None
+    given = len(p.inputs) > 2 and p.inputs[2] is not None
+    zp = _constant(p.inputs[2]) if given else None
+    if scale is None or scale.dtype != np.float32 or (given and zp is None) or "block_size" in p.attrs:
+        return None
+    z = np.zeros((), np.int64) if zp is None else zp.astype(np.int64)
+    if scale.size == 1:
+        return scale.reshape(()), z.reshape(())
+    dims = [1] * len(shape)
+    dims[int(p.attrs.get("axis", 1)) % max(len(shape), 1)] = scale.size
+    return scale.reshape(dims), z.reshape(dims) if z.size > 1 else z.reshape(())
+
+
+def _constant_codes(v: Value | None) -> np.ndarray | None:
+    """Constant integer codes: an initializer or Constant, or a QuantizeLinear of one as
+    ORT computes it (float32 division, round half to even, saturated), else None."""
+    c = _constant(v)
+    if c is not None:
+        return c if c.dtype.kind in "iu" else None
+    p = v.producer if v is not None else None
+    if p is None or p.op_type != "QuantizeLinear" or len(p.inputs) < 3 or p.inputs[2] is None:
+        return None
+    x, zp = _constant(p.inputs[0]), _constant(p.inputs[2])
+    if x is None or x.dtype != np.float32 or zp is None or zp.dtype.kind not in "iu":
+        return None
+    params = _qdq_constants(p, x.shape)
+    if params is None:
+        return None
+    scale, z = params
+    info = np.iinfo(zp.dtype)
+    q = np.rint(x / scale).astype(np.float64) + z
+    return np.clip(q, info.min, info.max).astype(zp.dtype)
+
+
+def _dequantized_constant(v: Value | None) -> np.ndarray | None:
+    """The float32 value of ``DequantizeLinear(codes, scale, zero_point?)`` of constants
+    (codes: :func:`_constant_codes`) as ORT's kernel computes it, ``f32(codes − zp) · scale``,
+    else None. ORT's quantizer stores a BatchNormalization's scale this way (16-bit files:
+    ``Q(scale) -> DQ``), and ORT runs that DequantizeLinear (its constant folding skips them)."""
+    p = v.producer if v is not None else None
+    if p is None or p.op_type != "DequantizeLinear" or len(p.inputs) < 2:
+        return None
+    codes = _constant_codes(p.inputs[0])
+    params = None if codes is None else _qdq_constants(p, codes.shape)
+    if codes is None or params is None:
+        return None
+    scale, z = params
+    return ((codes.astype(np.int64) - z).astype(np.float32) * scale).astype(np.float32)
+
+
 def ort_batchnorm_affine(
     scale: np.ndarray, bias: np.ndarray, mean: np.ndarray, var: np.ndarray, epsilon: float
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -188,7 +270,10 @@ class BatchNormToOrtAffine(Rule):
             return NoMatch("a running-statistics output of BatchNormalization is used")
         if not int(bn.attrs.get("spatial", 1)):
             return NoMatch("BatchNormalization has spatial=0 (per-element statistics)")
-        params = [_constant(m[name]) for name in ("s", "b", "mean", "var")]
+        params = [
+            c if (c := _constant(m[name])) is not None else _dequantized_constant(m[name])
+            for name in ("s", "b", "mean", "var")
+        ]
         if any(v is None for v in params):
             return NoMatch("a BatchNormalization parameter is not a constant")
         if x.type is None or x.type.elem != F32 or x.type.shape is None or len(x.type.shape) < 2:
@@ -217,6 +302,38 @@ class BatchNormToOrtAffine(Rule):
             [scaled, b.const(f"{name}_ort_shift", c.reshape(-1, *trailing))],
             types=result_type(shape_from=y, elem_from=y),
             name=name,
+        )
+
+
+class GlobalAveragePoolToMlasPool(Rule):
+    """%y = GlobalAveragePool(DQ(%x)) -> %y = quanta::MlasGlobalAveragePool(DQ(%x))
+    (module docstring: ONNX Runtime's MlasPool order)"""
+
+    pattern = "y = GlobalAveragePool(x)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        x = m["x"]
+        if x.producer is None or x.producer.op_type != "DequantizeLinear":
+            return NoMatch("the input is not a DequantizeLinear's (after a float op ORT may pool in NCHWc)")
+        if x.type is None or x.type.elem != F32 or x.type.shape is None or not 3 <= len(x.type.shape) <= 5:
+            return NoMatch(f"input {describe(x)} is not float32 of rank 3 to 5 (MlasPool's 1-3 spatial axes)")
+        sx, y = _dq_storage(x), m["y"]
+        q = y.uses[0][0] if len(y.uses) == 1 and not any(o is y for o in m.graph.outputs) else None
+        if sx is not None and sx.bits == 8 and q is not None and q.op_type == "QuantizeLinear":
+            sy = _q_storage(q.outputs[0])
+            if sy == sx:
+                return NoMatch(
+                    "ONNX Runtime fuses this 8-bit group into QLinearGlobalAveragePool: integer arithmetic"
+                )
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        return b.op(
+            "MlasGlobalAveragePool",
+            [m.value("x")],
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            domain=QUANTA_DOMAIN,
+            name=m.root.name or None,
         )
 
 
@@ -375,19 +492,22 @@ def _s8_pair_to_u8(v: Value | None, m: Match) -> bool:
     QuantizeLinear's output read by one DequantizeLinear and nothing else (not a graph
     output), that DequantizeLinear read by one node, both with the same constant
     per-tensor zero point (qdq_s8_to_u8.cc, after EnsureUniqueDQForNodeUnit)."""
-    if v is None or v.producer is None or v.producer.op_type != "QuantizeLinear":
+    # a group QdqConvToMlasQLinearConv already wrote produces the codes of its QuantizeLinear
+    # (ORT decides on the graph as written): its y_zero_point is input 7
+    fused = v is not None and v.producer is not None and v.producer.op_type == "MlasQLinearConv"
+    if v is None or v.producer is None or (v.producer.op_type != "QuantizeLinear" and not fused):
         return False
     if len(v.uses) != 1 or any(o is v for o in m.graph.outputs):
         return False
     dq = v.uses[0][0]
-    if dq.op_type != "DequantizeLinear" or len(dq.inputs) < 3 or len(v.producer.inputs) < 3:
+    if dq.op_type != "DequantizeLinear" or len(dq.inputs) < 3 or len(v.producer.inputs) < (8 if fused else 3):
         return False
     # EnsureUniqueDQForNodeUnit runs first: a DequantizeLinear read twice becomes one per
     # reader, and the Q then has more than one output edge
     out = dq.outputs[0]
     if len(out.uses) != 1 or any(o is out for o in m.graph.outputs):
         return False
-    zq, zd = _constant(v.producer.inputs[2]), _constant(dq.inputs[2])
+    zq, zd = _constant(v.producer.inputs[7 if fused else 2]), _constant(dq.inputs[2])
     if zq is None or zd is None or zq.size != 1 or zd.size != 1:
         return False
     return int(zq.reshape(-1)[0]) == int(zd.reshape(-1)[0])
@@ -479,21 +599,118 @@ class ConvToMlasConv(Rule):
         )
 
 
+class QdqConvToMlasQLinearConv(Rule):
+    """Q(Conv(DQ(xq), DQ(wq: int8), DQ(b: int32)?)) (a group ORT fuses into QLinearConv)
+    -> quanta::MlasQLinearConv(xq, sx, zx, wq, sw, zw, sy, zy, b?)
+    (module docstring: ORT's u8·s8 kernels without VNNI saturate pairs of products)"""
+
+    pattern = (
+        "y = QuantizeLinear(c = Conv(xf = DequantizeLinear(xq, sx, zx?), "
+        "wf = DequantizeLinear(wq, sw, zw?), ...), sy, zy?)"
+    )
+    shared_ok = frozenset({"xf", "wf"})
+
+    def check(self, m: Match) -> Match | NoMatch:
+        conv = m.node("c")
+        sx, sw = _dq_storage(m["xf"]), _dq_storage(m["wf"])
+        sy = _q_storage(m["y"])
+        bias = conv.inputs[2] if len(conv.inputs) > 2 else None
+        sb = _dq_storage(bias) if bias is not None else IntType(32, True)
+        # ORT's QDQS8ToU8Transformer makes a lone int8 Q -> DQ pair uint8 first
+        ux = sx == U8 or (sx == I8 and _s8_pair_to_u8(m["xq"], m))
+        uy = sy == U8 or (sy == I8 and _s8_pair_to_u8(m["y"], m))
+        if not (ux and uy and sb == IntType(32, True)):
+            return NoMatch("ONNX Runtime does not fuse this group into QLinearConv (ConvToMlasConv's case)")
+        if sw != I8:
+            return NoMatch(f"weights are {sw}, not int8 (ORT's u8·u8 kernel widens to int16: exact)")
+        wq = _constant_codes(m["wq"])
+        consts = [_constant(m[k]) for k in ("sx", "sw", "sy")]
+        zps = [_constant(m[k]) if m[k] is not None else None for k in ("zx", "zw", "zy")]
+        if (
+            wq is None
+            or any(c is None for c in consts)
+            or any(m[k] is not None and z is None for k, z in zip(("zx", "zw", "zy"), zps, strict=True))
+        ):
+            return NoMatch("weights, scales or zero points are not constants")
+        if wq.ndim != 4:
+            return NoMatch(f"w of rank {wq.ndim} (2-D Convs only)")
+        group = int(conv.attrs.get("group", 1))
+        if group > 1 and wq.shape[1] == 1 and wq.shape[0] == group:
+            return NoMatch("a depthwise Conv: ORT's depthwise kernel is exact (quanta's own path)")
+        auto = conv.attrs.get("auto_pad", "NOTSET")
+        auto = auto.decode() if isinstance(auto, bytes) else auto
+        if auto not in ("NOTSET", "VALID", ""):
+            return NoMatch(f"auto_pad {auto} (explicit pads only)")
+        codes_b = None
+        if bias is not None:
+            codes_b = _constant_codes(bias.producer.inputs[0]) if bias.producer is not None else None
+            if codes_b is None:
+                return NoMatch("the bias codes are not a constant")
+        if any(c.size != 1 for c in (consts[0], consts[2])):
+            return NoMatch("x or y is not quantized per tensor")
+        m.data.update(wq=wq, b=codes_b)
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        conv = m.node("c")
+        auto = conv.attrs.get("auto_pad", "NOTSET")
+        auto = auto.decode() if isinstance(auto, bytes) else auto
+        attrs = {k: v for k, v in conv.attrs.items() if k in ("strides", "dilations", "group")}
+        rank = m.data["wq"].ndim - 2
+        attrs["pads"] = (
+            [int(v) for v in conv.attrs.get("pads", [0] * 2 * rank)]
+            if auto in ("NOTSET", "")
+            else [0] * 2 * rank
+        )
+        name = conv.name or m["y"].name
+        zeros = {}
+        for k in ("zx", "zw", "zy"):
+            if m[k] is None:
+                t = _dq_storage(m["xf"] if k == "zx" else m["wf"]) if k != "zy" else _q_storage(m["y"])
+                assert t is not None
+                zeros[k] = b.const(f"{name}_{k}", np.zeros((), t.numpy))
+        inputs = [
+            m.value("xq"),
+            m.value("sx"),
+            zeros.get("zx") or m.value("zx"),
+            b.const(f"{name}_w_codes", m.data["wq"]),
+            m.value("sw"),
+            zeros.get("zw") or m.value("zw"),
+            m.value("sy"),
+            zeros.get("zy") or m.value("zy"),
+        ]
+        if m.data["b"] is not None:
+            inputs.append(b.const(f"{name}_b_codes", m.data["b"]))
+        return b.op(
+            "MlasQLinearConv",
+            inputs,
+            attrs,
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            domain=QUANTA_DOMAIN,
+            name=conv.name or None,
+        )
+
+
 class OrtFloatFunctions(RewritePass):
     name = "ort_float_functions"
     rules = (
         SigmoidToMlasLogistic(),
         TanhToMlasTanh(),
         BatchNormToOrtAffine(),
+        GlobalAveragePoolToMlasPool(),
         ReduceToOrtReduce(),
         LstmToOrtLstm(),
         GruToOrtGru(),
     )
 
-    def __init__(self, threads: int | None = None) -> None:
+    def __init__(self, threads: int | None = None, *, u8s8_saturates: bool = False) -> None:
         """``threads``: ONNX Runtime's intra-op thread count the float Convs follow (None:
-        Conv groups keep quanta's exact arithmetic; ConvToMlasConv is not run)."""
+        Conv groups keep quanta's exact arithmetic; ConvToMlasConv is not run).
+        ``u8s8_saturates``: ORT's u8·s8 kernels on this CPU saturate pairs of products (x86
+        without VNNI): the Conv groups ORT fuses become MlasQLinearConv."""
         rules = list(type(self).rules)
         if threads is not None:
             rules.append(ConvToMlasConv(threads))
+        if u8s8_saturates:
+            rules.insert(0, QdqConvToMlasQLinearConv())
         super().__init__(rules)

@@ -46,7 +46,7 @@ import numpy as np
 from quanta.ir.graph import Model, Node
 from quanta.kernels.reference.conv_geometry import ConvGeometry, conv_attrs
 from quanta.kernels.reference.nn_pool import average_pool_count
-from quanta.kernels.reference.ort_float import QUANTA_DOMAIN, trailing_rows
+from quanta.kernels.reference.ort_float import QUANTA_DOMAIN, mlas_global_average_rows, trailing_rows
 from quanta.kernels.reference.reduce_ops import _reduce_axes
 from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
@@ -453,6 +453,31 @@ def _bind_ort_reduce(op_type: str) -> None:
 
 _bind_ort_reduce("OrtReduceSum")
 _bind_ort_reduce("OrtReduceMean")
+
+
+@_with_fallback("MlasGlobalAveragePool", QUANTA_DOMAIN)
+def _mlas_global_average_pool(ctx: Any, x: Any, *, out: Any) -> np.ndarray:
+    if not isinstance(x, np.ndarray) or x.dtype != F32 or x.ndim < 3 or x.size == 0:
+        raise _Unsupported  # the twin's error or its empty rows
+    rows = np.ascontiguousarray(x).reshape(x.shape[0] * x.shape[1], -1)
+    y = mlas_global_average_rows(rows).reshape(x.shape[:2] + (1,) * (x.ndim - 2))
+    if out is None:
+        return y
+    np.copyto(out, y)
+    return out
+
+
+@register_binder("MlasGlobalAveragePool", QUANTA_DOMAIN)
+def bind_mlas_global_average_pool(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """quanta MlasGlobalAveragePool: MLAS's global pooling order (GP1)-(GP3), the twin's
+    vector operations over all rows at once (one np.add.accumulate over the lane blocks):
+    no C++ kernel, the squeeze-excite means it serves are [C, H·W] of a few thousand
+    elements."""
+    del model  # unused
+    dt = _dtype(node.input(0))
+    if dt is not None and dt != F32:
+        return None, f"native MlasGlobalAveragePool takes float32, got {dt}"
+    return Kernel(_mlas_global_average_pool, "native", "numpy:mlas_global_average_rows", out=True), ""
 
 
 class _AveragePlan:
