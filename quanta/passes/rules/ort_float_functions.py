@@ -697,7 +697,6 @@ class OrtFloatFunctions(RewritePass):
         SigmoidToMlasLogistic(),
         TanhToMlasTanh(),
         BatchNormToOrtAffine(),
-        GlobalAveragePoolToMlasPool(),
         ReduceToOrtReduce(),
         LstmToOrtLstm(),
         GruToOrtGru(),
@@ -705,11 +704,15 @@ class OrtFloatFunctions(RewritePass):
 
     def __init__(self, threads: int | None = None, *, u8s8_saturates: bool = False) -> None:
         """``threads``: ONNX Runtime's intra-op thread count the float Convs follow (None:
-        Conv groups keep quanta's exact arithmetic; ConvToMlasConv is not run).
+        Conv groups keep quanta's exact arithmetic; ConvToMlasConv and
+        GlobalAveragePoolToMlasPool are not run).
         ``u8s8_saturates``: ORT's u8·s8 kernels on this CPU saturate pairs of products (x86
         without VNNI): the Conv groups ORT fuses become MlasQLinearConv."""
         rules = list(type(self).rules)
         if threads is not None:
+            # by name only, as MlasConv: the pool's native binder runs the twin's NumPy,
+            # and "auto" keeps every step of a timed run on native kernels
+            rules.append(GlobalAveragePoolToMlasPool())
             rules.append(ConvToMlasConv(threads))
         if u8s8_saturates:
             rules.insert(0, QdqConvToMlasQLinearConv())

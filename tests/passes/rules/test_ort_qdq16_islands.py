@@ -103,7 +103,7 @@ CASES = [  # channels, codes, zx, zy, sx, sy
 def test_16bit_island_codes_are_onnxruntime_bit_for_bit(op, c, elem, zx, zy, sx, sy):
     proto = island_proto(op, c, elem, zx, zy, sx, sy, seed=c)
     model = load(proto)
-    result = run_passes(model, [OrtFloatFunctions()])
+    result = run_passes(model, [OrtFloatFunctions(threads=1)])
     rule = "BatchNormToOrtAffine" if op == "BatchNormalization" else "GlobalAveragePoolToMlasPool"
     assert result.fired(rule) == 1
     for seed in range(4):
@@ -178,7 +178,7 @@ def test_global_average_pool_of_a_float_op_is_left_with_its_reason():
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
     )
     model = load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
-    p = OrtFloatFunctions()
+    p = OrtFloatFunctions(threads=1)
     result = run_passes(model, [p])
     assert not result.records[0].modified
     assert [r.reason for r in p.why_not("GlobalAveragePoolToMlasPool")] == [
@@ -204,7 +204,7 @@ def test_8bit_global_average_pool_group_onnxruntime_fuses_is_left_with_its_reaso
         initializer=inits,
     )
     model = load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
-    p = OrtFloatFunctions()
+    p = OrtFloatFunctions(threads=1)
     result = run_passes(model, [p])
     assert not result.records[0].modified
     assert [r.reason for r in p.why_not("GlobalAveragePoolToMlasPool")] == [
