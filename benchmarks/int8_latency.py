@@ -3,6 +3,8 @@ threads, and quanta's 2 threads / its 1 thread, all four sessions of a file time
 process in interleaved blocks (medians of the blocks' medians).
 
     python benchmarks/int8_latency.py --run ~/.cache/quanta-zoo/runs/<run> --models ppocr_cls,ddddocr
+    python benchmarks/int8_latency.py --run ~/.cache/quanta-zoo/models --models nudenet_320n \
+        --configs ort_qdq --float-functions ort     # ORT's float Conv order (quanta::MlasConv)
 
 Each file ``<model>.<config>.onnx`` of ``--run`` (configs ``quanta`` and ``ort_minmax``
 unless ``--configs`` says otherwise) and each shipped-quantized model named is timed on
@@ -41,14 +43,16 @@ def eval_feed(name: str, kind: str, cache: Path) -> Feed:
     return zoodata.feeds(name, "eval", 1, cache)[0]
 
 
-def time_file(path: Path, feed: Feed, rounds: int, per_round: int) -> dict[str, float]:
+def time_file(
+    path: Path, feed: Feed, rounds: int, per_round: int, float_functions: str = "auto"
+) -> dict[str, float]:
     import onnxruntime as ort
 
     import quanta
 
     sessions = {}
     for threads in (1, 2):
-        so = quanta.SessionOptions()
+        so = quanta.SessionOptions(float_functions=float_functions)
         so.intra_op_num_threads = threads
         sessions[f"q{threads}"] = quanta.InferenceSession(str(path), so)
         oso = ort.SessionOptions()
@@ -97,6 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--configs", default="quanta,ort_minmax")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--per-round", type=int, default=5)
+    ap.add_argument(
+        "--float-functions",
+        default="auto",
+        help="quanta's SessionOptions.float_functions ('ort': also ORT's float Conv order, docs/float-ops.md)",
+    )
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     cache = zoodata.cache_dir()
@@ -121,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         feed = eval_feed(base, entry["kind"], cache)
         for config, path in files:
             try:
-                t = time_file(path, feed, args.rounds, args.per_round)
+                t = time_file(path, feed, args.rounds, args.per_round, args.float_functions)
             except Exception as e:  # one file's failure does not end the table
                 print(f"| {name} | {config} | {type(e).__name__}: {str(e)[:100]} |", flush=True)
                 continue
