@@ -151,9 +151,11 @@ void conv_f32(const float* x, const float* w, const float* bias, float* y, const
     // a one-pixel part (MC5') reads the whole K at once; the others one block at a time
     const int64_t sk = kind == kDot ? k : p[4];
     thread_local std::vector<float> cols;
-    // the chains' rows: whole 16-column groups, and 16 floats more, so that rows a
-    // multiple of 4 KiB apart (128 columns) do not all fall in the same L1 sets
-    const int64_t ld = kind == kChains ? (cn + 15) / 16 * 16 + 16 : cn;
+    // the chains' rows: whole 16-column groups (64-byte lines), an odd number of them, so
+    // that consecutive rows fall in every L1 set (an even count, as 128 columns, puts the
+    // rows a 16-column group reads in 1/2, 1/4, ... of the sets)
+    const int64_t groups = (cn + 15) / 16;
+    const int64_t ld = kind == kChains ? 16 * (groups % 2 == 1 ? groups : groups + 1) : cn;
     const int64_t kb_max = sk < k ? sk : k;
     cols.resize(static_cast<size_t>(kb_max * ld));
     const float* xg = x + (img * g.group + grp) * g.c * g.h * g.w;
