@@ -16,8 +16,8 @@ layout (rows of K = C/G·kh·kw), as MLAS's SGEMM reads an unpacked A. Per input
 parts (eq. (MC2)) for the node's ``threads`` attribute (ONNX Runtime's thread count) are
 computed once, and a run is one ``mlas_conv_f32`` call into the planned output, which a
 native program records. The kernel itself runs on the session's threads, which change no
-result. A shape the schedule does not model runs the twin, which refuses it with the op's
-error (the rewrite never writes such a node).
+result. A shape the schedule does not model raises the twin's OpError (the rewrite never
+writes such a node).
 """
 
 from __future__ import annotations
