@@ -3,6 +3,8 @@ threads, and quanta's 2 threads / its 1 thread, all four sessions of a file time
 process in interleaved blocks (medians of the blocks' medians).
 
     python benchmarks/int8_latency.py --run ~/.cache/quanta-zoo/runs/<run> --models ppocr_cls,ddddocr
+    python benchmarks/int8_latency.py --run ~/.cache/quanta-zoo/models --models nudenet_320n \
+        --configs ort_qdq --float-functions ort     # ORT's float Conv order (quanta::MlasConv)
 
 Each file ``<model>.<config>.onnx`` of ``--run`` (configs ``quanta`` and ``ort_minmax``
 unless ``--configs`` says otherwise) and each shipped-quantized model named is timed on
@@ -50,7 +52,7 @@ def time_file(
 
     sessions = {}
     for threads in (1, 2):
-        so = quanta.SessionOptions()
+        so = quanta.SessionOptions(float_functions=float_functions)
         so.intra_op_num_threads = threads
         so.float_functions = float_functions
         sessions[f"q{threads}"] = quanta.InferenceSession(str(path), so)
@@ -100,6 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--configs", default="quanta,ort_minmax")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--per-round", type=int, default=5)
+    ap.add_argument(
+        "--float-functions",
+        default="auto",
+        help="quanta's SessionOptions.float_functions ('ort': also ORT's float Conv order, docs/float-ops.md)",
+    )
     ap.add_argument("--json")
     ap.add_argument(
         "--float-functions",

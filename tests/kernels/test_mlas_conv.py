@@ -38,6 +38,8 @@ CASES = [
     (480, 1, 1, 120, 1, 1, 0, 1, 1),  # one pixel: MLAS's N = 1 kernel, rows in blocks of 4
     (37, 1, 1, 7, 1, 1, 0, 1, 1),  # N = 1 with 7 rows: 4, then a pair, then a single
     (9, 3, 3, 3, 3, 1, 0, 1, 1),  # 3 filters over one pixel: rows split 2 + 1 at 2 threads
+    (40, 30, 30, 1, 3, 1, 1, 1, 1),  # one filter, K = 360: the M = 1 kernel over K blocks 128 + 128 + 104
+    (19, 17, 23, 29, 3, 1, 1, 1, 1),  # K = 171 > 128: the second block is 43 rows; 29 rows = 4 tiles + 5
 ]
 
 
@@ -81,24 +83,128 @@ def test_mlas_conv_twin_equals_onnxruntime_bit_for_bit(case, threads):
     )
 
 
+def _native_call(x, wt, attrs):
+    from quanta.targets.native.mlas_conv import _call
+
+    s, parts = _call(x.shape, wt.shape, attrs)
+    return s, parts, (list(s.strides), list(s.dilations), list(s.pads), s.group)
+
+
 @pytest.mark.skipif(not native_available(), reason="the native extension is not built")
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c)))
 def test_mlas_conv_native_equals_its_twin_on_every_isa(case, threads):
     from quanta.kernels import _native
-    from quanta.targets.native.mlas_conv import _plan
 
     c, h, w, m, k, s, p, g, d = case
     x, wt, b = _case(c, h, w, m, k, g, np.random.default_rng(c * 37 + m))
     attrs = dict(pads=[p] * 4, strides=[s, s], group=g, dilations=[d, d], threads=threads)
     want = mlas_conv(x, wt, b, strides=(s, s), dilations=(d, d), pads=(p,) * 4, group=g, threads=threads)
-    parts, st, dl, pd, gr = _plan(x.shape, wt.shape, attrs)
+    _, parts, geometry = _native_call(x, wt, attrs)
     for isa in _native.supported_isas():
         for nt in (1, 2, 3):
-            got = _native.mlas_conv_f32(
-                x, wt, b, list(st), list(dl), list(pd), gr, parts, num_threads=nt, isa=isa
-            )
+            got = _native.mlas_conv_f32(x, wt, b, *geometry, parts, num_threads=nt, isa=isa)
             np.testing.assert_array_equal(got, want, err_msg=f"isa {isa}, {nt} kernel threads")
+            out = np.full_like(want, np.nan)
+            assert _native.mlas_conv_f32(x, wt, b, *geometry, parts, nt, out, isa) is out
+            np.testing.assert_array_equal(out, want, err_msg=f"out=, isa {isa}, {nt} kernel threads")
+
+
+# (x shape, w shape, attributes): a 2-D Conv with uneven pads and strides, K = 171 (two K
+# blocks); a grouped 1-D Conv over a batch of 2 (MLAS's unit-height 2-D form)
+SESSION_CASES = [
+    ((1, 19, 17, 23), (29, 19, 3, 3), dict(pads=[1, 2, 0, 1], strides=[1, 2], dilations=[1, 1], group=1)),
+    ((2, 12, 41), (18, 4, 3), dict(pads=[2, 1], strides=[2], dilations=[1], group=3)),
+]
+
+
+def _session_case(x_shape, w_shape, attrs, threads, rng):
+    x = (rng.integers(-128, 128, x_shape) * 0.0213).astype(np.float32)
+    wt = (rng.integers(-127, 128, w_shape) * 0.0037).astype(np.float32)
+    b = rng.normal(size=w_shape[0]).astype(np.float32)
+    want = mlas_conv(
+        x,
+        wt,
+        b,
+        strides=attrs["strides"],
+        dilations=attrs["dilations"],
+        pads=attrs["pads"],
+        group=attrs["group"],
+        threads=threads,
+    )
+    return x, wt, b, want
+
+
+@pytest.mark.skipif(not native_available(), reason="the native extension is not built")
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", SESSION_CASES, ids=["2d", "1d_grouped"])
+def test_mlas_conv_session_runs_give_the_twins_bytes(case, threads):
+    """Through the runtime: weights packed at bind time, the per-signature call into the
+    arena (a Relu after it keeps the MlasConv's output inside the plan), recorded into a
+    native program after the first run: every run gives the twin's bytes."""
+    import quanta
+
+    x_shape, w_shape, attrs = case
+    x, wt, b, want = _session_case(x_shape, w_shape, attrs, threads, np.random.default_rng(5 + threads))
+    node = helper.make_node("MlasConv", ["x", "w", "b"], ["y"], domain="quanta", threads=threads, **attrs)
+    g = helper.make_graph(
+        [node, helper.make_node("Relu", ["y"], ["z"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(wt, "w"), numpy_helper.from_array(b, "b")],
+    )
+    model = helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("quanta", 1)]
+    )
+    so = quanta.SessionOptions()
+    so.intra_op_num_threads = threads
+    session = quanta.InferenceSession(model.SerializeToString(), so)
+    step = next(s for s in session.plan.steps if s.op_type == "MlasConv")
+    assert step.kernel.params["packed"].flags.c_contiguous  # the driver's layout, made once
+    for run in range(3):
+        np.testing.assert_array_equal(
+            session.run(None, {"x": x})[0], np.maximum(want, 0), err_msg=f"run {run}"
+        )
+
+
+@pytest.mark.skipif(not native_available(), reason="the native extension is not built")
+@pytest.mark.parametrize("case", SESSION_CASES, ids=["2d", "1d_grouped"])
+def test_mlas_conv_generic_call_gives_the_twins_bytes(case):
+    """The generic kernel (a signature the specialization does not take), with run-time
+    weights and a non-contiguous x, keeps each shape's geometry and parts."""
+    from quanta.targets.base import KernelContext
+    from quanta.targets.native.mlas_conv import _mlas_conv
+
+    x_shape, w_shape, attrs = case
+    x, wt, b, want = _session_case(x_shape, w_shape, attrs, 2, np.random.default_rng(11))
+    calls: dict = {}
+    strided = np.repeat(x, 2, axis=-1)[..., ::2]
+    got = _mlas_conv(KernelContext(num_threads=2), strided, wt, b, calls=calls, threads=2, **attrs)
+    np.testing.assert_array_equal(got, want)
+    assert x.shape in calls
+
+
+@pytest.mark.skipif(not native_available(), reason="the native extension is not built")
+def test_mlas_conv_binding_refuses_overlapping_parts_and_negative_pads():
+    """Failure signature: parts whose areas sum to F·N but overlap leave outputs unwritten
+    (uninitialized memory in y); a negative pad reads outside x."""
+    from quanta.kernels import _native
+
+    x = np.ones((1, 2, 6, 6), np.float32)
+    wt = np.ones((8, 2, 3, 3), np.float32)
+    geometry = ([1, 1], [1, 1], [1, 1, 1, 1], 1)
+    ok = np.array([[0, 4, 0, 36, 128, 0], [4, 4, 0, 36, 128, 0]], np.int64)
+    assert _native.mlas_conv_f32(x, wt, None, *geometry, ok).shape == (1, 8, 6, 6)
+    overlap = np.array([[0, 4, 0, 36, 128, 0], [2, 4, 0, 18, 128, 0], [6, 2, 18, 18, 128, 0]], np.int64)
+    with pytest.raises(ValueError, match=r"^mlas_conv_f32: parts 0 and 1 overlap$"):
+        _native.mlas_conv_f32(x, wt, None, *geometry, overlap)
+    with pytest.raises(ValueError, match=r"^mlas_conv_f32: pads must be >= 0, got \(1, -1, 1, 1\)$"):
+        _native.mlas_conv_f32(x, wt, None, [1, 1], [1, 1], [1, -1, 1, 1], 1, ok)
+    with pytest.raises(
+        ValueError, match=r"^mlas_conv_f32: the parts must cover every output of a group once$"
+    ):
+        _native.mlas_conv_f32(x, wt, None, *geometry, ok[:1])
 
 
 def test_mlas_schedule_blocks_and_kernels():

@@ -46,14 +46,14 @@ and 2 threads (tests/kernels/test_mlas_conv.py).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from quanta.kernels.reference.float_ops import fma_f32
 from quanta.kernels.reference.registry import OpContext, OpError, register
 
-__all__ = ["mlas_conv", "mlas_conv_plan", "stride_k"]
+__all__ = ["ConvShape", "conv_shape", "mlas_conv", "mlas_conv_plan", "stride_k"]
 
 F32 = np.float32
 QUANTA_DOMAIN = "quanta"
@@ -260,6 +260,96 @@ def _run_parts(a: np.ndarray, cols: np.ndarray, parts: list[Part]) -> np.ndarray
     return y
 
 
+class ConvShape(NamedTuple):
+    """One MlasConv's geometry in its 2-D form (a 1-D Conv runs with a unit height, as
+    MLAS promotes it): x [batch, group·cg, h, w], w [group·f, cg, kh, kw], y [batch,
+    group·f, oh, ow]. The one place the output size and the schedule's inputs are
+    computed (the twin, the native binder; the C++ binding only checks against it).
+
+    >>> s = conv_shape((1, 32, 20, 20), (32, 32, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1)
+    >>> (s.oh, s.ow, s.f, s.k, s.n, s.pointwise)
+    (20, 20, 32, 288, 400, False)
+    >>> conv_shape((2, 8, 50), (4, 8, 3), (2,), (1,), (1, 1), 1)[1:5]
+    (1, 50, (1, 2), (1, 1))"""
+
+    batch: int
+    h: int
+    w: int
+    strides: tuple[int, int]
+    dilations: tuple[int, int]
+    pads: tuple[int, int, int, int]
+    group: int
+    m: int
+    cg: int
+    kh: int
+    kw: int
+    oh: int
+    ow: int
+
+    @property
+    def f(self) -> int:
+        return self.m // self.group
+
+    @property
+    def k(self) -> int:
+        return self.cg * self.kh * self.kw
+
+    @property
+    def n(self) -> int:
+        return self.oh * self.ow
+
+    @property
+    def pointwise(self) -> bool:
+        return self.kh == self.kw == 1 and self.strides == (1, 1) and not any(self.pads)
+
+    @property
+    def spans_input(self) -> bool:
+        """MlasConvPrepare's GEMM-direct TransB forms: a one-channel stride-1 unpadded
+        kernel spanning the input's width, or its height with width 1."""
+        return (
+            not self.pointwise
+            and self.cg == 1
+            and self.strides == (1, 1)
+            and self.dilations == (1, 1)
+            and not any(self.pads)
+            and (self.kw == self.w or (self.kh == self.h and self.kw == 1))
+        )
+
+    def plan(self, threads: int) -> list[Part] | None:
+        """The parts of one image and group for ORT's ``threads`` (mlas_conv_plan)."""
+        return mlas_conv_plan(
+            self.f,
+            self.k,
+            self.n,
+            pointwise=self.pointwise,
+            spans_input=self.spans_input,
+            many=self.batch > 1 or self.group > 1,
+            threads=threads,
+        )
+
+
+def conv_shape(
+    x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, dilations, pads, group: int
+) -> ConvShape:
+    """The :class:`ConvShape` of x, w of rank 3 (1-D: pads (l, r)) or 4 (pads (t, l, b, r))."""
+    if len(w_shape) == 3:  # 1-D: MLAS promotes it to 2-D with a unit height
+        strides, dilations, pads = (1, strides[0]), (1, dilations[0]), (0, pads[0], 0, pads[1])
+        x_shape = (x_shape[0], x_shape[1], 1, x_shape[2])
+        w_shape = (w_shape[0], w_shape[1], 1, w_shape[2])
+    if len(x_shape) != 4 or len(w_shape) != 4:
+        raise OpError(
+            f"MlasConv: 1-D and 2-D only, got x of rank {len(x_shape)} and w of rank {len(w_shape)}"
+        )
+    st = (int(strides[0]), int(strides[1]))
+    dl = (int(dilations[0]), int(dilations[1]))
+    pd = (int(pads[0]), int(pads[1]), int(pads[2]), int(pads[3]))
+    batch, _, h, w = (int(d) for d in x_shape)
+    m, cg, kh, kw = (int(d) for d in w_shape)
+    oh = (h + pd[0] + pd[2] - dl[0] * (kh - 1) - 1) // st[0] + 1
+    ow = (w + pd[1] + pd[3] - dl[1] * (kw - 1) - 1) // st[1] + 1
+    return ConvShape(batch, h, w, st, dl, pd, int(group), m, cg, kh, kw, oh, ow)
+
+
 def mlas_conv(
     x: np.ndarray,
     w: np.ndarray,
@@ -276,43 +366,28 @@ def mlas_conv(
     x = np.asarray(x, F32)
     w = np.asarray(w, F32)
     one_d = x.ndim == 3
-    if one_d:
-        x, w = x[:, :, None, :], w[:, :, None, :]
-        strides, dilations = (1, strides[0]), (1, dilations[0])
-        pads = (0, pads[0], 0, pads[1])
-    if x.ndim != 4:
+    if x.ndim not in (3, 4):
         return None
-    batch, _, h, wd = x.shape
-    m, cg, kh, kw = w.shape
-    f = m // group
-    k = cg * kh * kw
-    oh = (h + pads[0] + pads[2] - dilations[0] * (kh - 1) - 1) // strides[0] + 1
-    ow = (wd + pads[1] + pads[3] - dilations[1] * (kw - 1) - 1) // strides[1] + 1
-    pointwise = kh == kw == 1 and tuple(strides) == (1, 1) and not any(pads)
-    spans = (
-        not pointwise
-        and cg == 1
-        and tuple(strides) == (1, 1)
-        and tuple(dilations) == (1, 1)
-        and not any(pads)
-        and (kw == wd or (kh == h and kw == 1))
-    )
-    parts = mlas_conv_plan(
-        f, k, oh * ow, pointwise=pointwise, spans_input=spans, many=batch > 1 or group > 1, threads=threads
-    )
+    s = conv_shape(x.shape, w.shape, strides, dilations, pads, group)
+    parts = s.plan(threads)
     if parts is None:
         return None
-    y = np.empty((batch, m, oh * ow), F32)
+    x = x.reshape(s.batch, -1, s.h, s.w)
+    w = w.reshape(s.m, s.cg, s.kh, s.kw)
+    f, k = s.f, s.k
+    y = np.empty((s.batch, s.m, s.n), F32)
     with np.errstate(over="ignore", invalid="ignore"):
-        for i in range(batch):
+        for i in range(s.batch):
             for g in range(group):
-                cols, _, _ = _im2col(x[i, g * cg : (g + 1) * cg], (kh, kw), strides, dilations, pads)
+                cols, _, _ = _im2col(
+                    x[i, g * s.cg : (g + 1) * s.cg], (s.kh, s.kw), s.strides, s.dilations, s.pads
+                )
                 a = w[g * f : (g + 1) * f].reshape(f, k)
                 out = _run_parts(a, cols, parts)
                 if b is not None:
                     out = np.add(out, np.asarray(b, F32)[g * f : (g + 1) * f, None], dtype=F32)
                 y[i, g * f : (g + 1) * f] = out
-    y = y.reshape(batch, m, oh, ow)
+    y = y.reshape(s.batch, s.m, s.oh, s.ow)
     return y[:, :, 0, :] if one_d else y
 
 

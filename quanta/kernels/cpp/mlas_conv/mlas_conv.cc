@@ -1,6 +1,6 @@
-// quanta::MlasConv driver (mlas_conv.h): im2col of one part (into 16-column panels for the
-// FMA chains, as MLAS's CopyPackB lays B out), the chains, MLAS's M = 1 and N = 1 orders,
-// the bias. Parts, groups and images are the units this kernel threads over; the result of
+// quanta::MlasConv driver (mlas_conv.h): im2col of one K block of a part (rows of the part's
+// columns, which the FMA chains read 16 columns at a time), the chains, MLAS's M = 1 and
+// N = 1 orders, the bias. Parts, groups and images are the units this kernel threads over; the result of
 // an output does not depend on which thread computes it.
 #include "mlas_conv/mlas_conv.h"
 
@@ -13,91 +13,89 @@
 namespace quanta {
 namespace mlas_conv {
 
-void chains_portable(const float* a, int64_t lda, const float* panels, float* y, int64_t ldy, int64_t rows, int64_t cn,
-                     int64_t k, int64_t sk) {
+void chains_portable(const float* a, int64_t lda, const float* b, int64_t ldb, float* y, int64_t ldy, int64_t rows,
+                     int64_t cn, int64_t kb, bool accumulate) {
   for (int64_t n0 = 0; n0 < cn; n0 += 16) {
     const int64_t cols = cn - n0 < 16 ? cn - n0 : 16;
-    const float* panel = panels + (n0 / 16) * k * 16;
     for (int64_t r = 0; r < rows; ++r) {
       float* yr = y + r * ldy + n0;
-      for (int64_t k0 = 0; k0 < k; k0 += sk) {
-        const int64_t k1 = k < k0 + sk ? k : k0 + sk;
-        float acc[16] = {};
-        for (int64_t kk = k0; kk < k1; ++kk) {
-          const float av = a[r * lda + kk];
-          for (int l = 0; l < 16; ++l) acc[l] = std::fma(av, panel[kk * 16 + l], acc[l]);
-        }
-        for (int64_t l = 0; l < cols; ++l) yr[l] = k0 == 0 ? acc[l] : yr[l] + acc[l];
+      float acc[16] = {};
+      for (int64_t kk = 0; kk < kb; ++kk) {
+        const float av = a[r * lda + kk];
+        for (int l = 0; l < 16; ++l) acc[l] = std::fma(av, b[kk * ldb + n0 + l], acc[l]);
       }
+      for (int64_t l = 0; l < cols; ++l) yr[l] = accumulate ? yr[l] + acc[l] : acc[l];
     }
   }
 }
 
 namespace {
 
-// The input offsets of the part's columns: row oy·sh − pt and column ox·sw − pl.
-void column_bases(const Geometry& g, int64_t n0, int64_t cn, int64_t* by, int64_t* bx) {
-  int64_t oy = n0 / g.ow, ox = n0 % g.ow;
-  for (int64_t t = 0; t < cn; ++t) {
-    by[t] = oy * g.sh - g.pt;
-    bx[t] = ox * g.sw - g.pl;
-    if (++ox == g.ow) {
-      ox = 0;
-      ++oy;
-    }
-  }
-}
-
-inline float tap(const float* xc, const Geometry& g, int64_t iy, int64_t ix) {
-  return (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) ? xc[iy * g.w + ix] : 0.0f;
-}
-
-// Columns [t0, t0 + cols) of im2col row (dy, dx) into dst: a strided run of x when they
-// lie in one output row inside the input (contiguous at stride 1), else tap by tap.
-inline void im2col_run(const float* xc, const Geometry& g, const int64_t* by, const int64_t* bx, int64_t t0,
-                       int64_t cols, int64_t dy, int64_t dx, float* dst) {
-  const int64_t iy = by[t0] + dy, ix0 = bx[t0] + dx;
-  if (by[t0 + cols - 1] == by[t0] && iy >= 0 && iy < g.h && ix0 >= 0 && ix0 + (cols - 1) * g.sw < g.w) {
-    const float* src = xc + iy * g.w + ix0;
-    if (g.sw == 1 && cols == 16) {
-      std::memcpy(dst, src, 16 * sizeof(float));
-    } else if (g.sw == 1) {
-      for (int64_t l = 0; l < cols; ++l) dst[l] = src[l];
+// Columns [t0, t0 + cols) of im2col row (dy, dx) into dst, the first being output pixel
+// (oy, ox): per output row they cover, the input row's taps inside x are a strided run
+// (contiguous at stride 1) between two zero runs (the padding), found by bounds, not tap by
+// tap.
+inline void im2col_run(const float* xc, const Geometry& g, int64_t oy, int64_t ox, int64_t cols, int64_t dy, int64_t dx,
+                       float* dst) {
+  int64_t t = 0;
+  while (t < cols) {
+    const int64_t run = cols - t < g.ow - ox ? cols - t : g.ow - ox;
+    float* d = dst + t;
+    const int64_t iy = oy * g.sh - g.pt + dy;
+    if (iy < 0 || iy >= g.h) {
+      for (int64_t l = 0; l < run; ++l) d[l] = 0.0f;
     } else {
-      for (int64_t l = 0; l < cols; ++l) dst[l] = src[l * g.sw];
-    }
-    return;
-  }
-  for (int64_t l = 0; l < cols; ++l) dst[l] = tap(xc, g, by[t0 + l] + dy, bx[t0 + l] + dx);
-}
-
-// (MC1) for the part's columns: packed panels [⌈cn/16⌉][K][16] (zero-padded) when `packed`,
-// else rows [K][cn].
-void im2col(const float* x, const Geometry& g, int64_t cn, const int64_t* by, const int64_t* bx, bool packed,
-            float* out) {
-  const int64_t k = g.c * g.kh * g.kw;
-  for (int64_t kk = 0; kk < k; ++kk) {
-    const int64_t c = kk / (g.kh * g.kw), i = (kk / g.kw) % g.kh, j = kk % g.kw;
-    const float* xc = x + c * g.h * g.w;
-    const int64_t dy = i * g.dh, dx = j * g.dw;
-    for (int64_t t0 = 0; t0 < cn; t0 += 16) {
-      const int64_t cols = cn - t0 < 16 ? cn - t0 : 16;
-      if (!packed) {
-        im2col_run(xc, g, by, bx, t0, cols, dy, dx, out + kk * cn + t0);
-        continue;
+      const int64_t ix0 = ox * g.sw - g.pl + dx;
+      // taps l with 0 <= ix0 + l·sw < w: [lo, hi), without a division in the common case
+      // (the run inside x, or a few taps of padding at its left end)
+      int64_t lo = 0;
+      while (lo < run && ix0 + lo * g.sw < 0) ++lo;
+      int64_t hi = run;
+      if (ix0 + (run - 1) * g.sw >= g.w) hi = ix0 >= g.w ? 0 : (g.w - 1 - ix0) / g.sw + 1;
+      hi = hi > lo ? hi : lo;
+      const float* xr = xc + iy * g.w;
+      for (int64_t l = 0; l < lo; ++l) d[l] = 0.0f;
+      // constant strides: the compiler vectorizes the copy and the even-element pick
+      if (g.sw == 1) {
+        for (int64_t l = lo; l < hi; ++l) d[l] = xr[ix0 + l];
+      } else if (g.sw == 2) {
+        for (int64_t l = lo; l < hi; ++l) d[l] = xr[ix0 + 2 * l];
+      } else {
+        for (int64_t l = lo; l < hi; ++l) d[l] = xr[ix0 + l * g.sw];
       }
-      float* dst = out + ((t0 / 16) * k + kk) * 16;
-      im2col_run(xc, g, by, bx, t0, cols, dy, dx, dst);
-      for (int64_t l = cols; l < 16; ++l) dst[l] = 0.0f;
+      for (int64_t l = hi; l < run; ++l) d[l] = 0.0f;
     }
+    t += run;
+    ox = 0;
+    ++oy;
   }
 }
 
-// (MC5): SgemmKernelM1Avx's vmulps / vaddps order.
-void chain_m1(const float* a, const float* cols, int64_t k, int64_t cn, float* y) {
-  for (int64_t n = 0; n < cn; ++n) y[n] = 0.0f;
+// (MC1) for the part's columns [n0, n0 + cn) and the K rows [k0, k1): rows [k1 − k0][ld],
+// columns [cn, ld) zero where ld > cn (the chains read whole 16-column groups). Each k's
+// channel and tap are decoded once per block, and a row is written run by run of output
+// rows, the padding found by bounds.
+void im2col(const float* x, const Geometry& g, int64_t n0, int64_t cn, int64_t k0, int64_t k1, int64_t ld, float* out) {
+  const int64_t oy = n0 / g.ow, ox = n0 % g.ow;
+  const int64_t pad_to = (cn + 15) / 16 * 16 < ld ? (cn + 15) / 16 * 16 : ld;
+  for (int64_t kk = k0; kk < k1; ++kk) {
+    const int64_t c = kk / (g.kh * g.kw), i = (kk / g.kw) % g.kh, j = kk % g.kw;
+    float* dst = out + (kk - k0) * ld;
+    im2col_run(x + c * g.h * g.w, g, oy, ox, cn, i * g.dh, j * g.dw, dst);
+    for (int64_t l = cn; l < pad_to; ++l) dst[l] = 0.0f;
+  }
+}
+
+// (MC5): SgemmKernelM1Avx's vmulps / vaddps order over the kb rows of one K block, from
+// y = +0 on the first block. Every block but the last has a multiple of 4 rows (a K of
+// more than one block has blocks of 128 or more), so the groups of four line up with the
+// twin's over the whole K.
+void chain_m1(const float* a, const float* cols, int64_t kb, int64_t cn, float* y, bool accumulate) {
+  if (!accumulate) {
+    for (int64_t n = 0; n < cn; ++n) y[n] = 0.0f;
+  }
   int64_t kk = 0;
-  for (; kk + 4 <= k; kk += 4) {
+  for (; kk + 4 <= kb; kk += 4) {
     const float* b0 = cols + kk * cn;
     for (int64_t n = 0; n < cn; ++n) {
       float t = a[kk] * b0[n];
@@ -107,12 +105,12 @@ void chain_m1(const float* a, const float* cols, int64_t k, int64_t cn, float* y
       y[n] = t + y[n];
     }
   }
-  if (k - kk >= 2) {
+  if (kb - kk >= 2) {
     const float* b0 = cols + kk * cn;
     for (int64_t n = 0; n < cn; ++n) y[n] = (a[kk] * b0[n] + a[kk + 1] * b0[cn + n]) + y[n];
     kk += 2;
   }
-  if (k - kk == 1) {
+  if (kb - kk == 1) {
     const float* b0 = cols + kk * cn;
     for (int64_t n = 0; n < cn; ++n) y[n] = a[kk] * b0[n] + y[n];
   }
@@ -149,25 +147,32 @@ void conv_f32(const float* x, const float* w, const float* bias, float* y, const
   auto body = [&](int64_t u, int) {
     const int64_t* p = parts + 6 * (u % n_parts);
     const int64_t bg = u / n_parts, grp = bg % g.group, img = bg / g.group;
-    const int64_t m0 = p[0], mc = p[1], n0 = p[2], cn = p[3], sk = p[4], kind = p[5];
+    const int64_t m0 = p[0], mc = p[1], n0 = p[2], cn = p[3], kind = p[5];
+    // a one-pixel part (MC5') reads the whole K at once; the others one block at a time
+    const int64_t sk = kind == kDot ? k : p[4];
     thread_local std::vector<float> cols;
-    thread_local std::vector<int64_t> bases;
-    const bool packed = kind == kChains;
-    cols.resize(static_cast<size_t>(k * (packed ? (cn + 15) / 16 * 16 : cn)));
-    bases.resize(static_cast<size_t>(2 * cn));
-    column_bases(g, n0, cn, bases.data(), bases.data() + cn);
+    // the chains' rows: whole 16-column groups (64-byte lines), an odd number of them, so
+    // that consecutive rows fall in every L1 set (an even count, as 128 columns, puts the
+    // rows a 16-column group reads in 1/2, 1/4, ... of the sets)
+    const int64_t groups = (cn + 15) / 16;
+    const int64_t ld = kind == kChains ? 16 * (groups % 2 == 1 ? groups : groups + 1) : cn;
+    const int64_t kb_max = sk < k ? sk : k;
+    cols.resize(static_cast<size_t>(kb_max * ld));
     const float* xg = x + (img * g.group + grp) * g.c * g.h * g.w;
-    im2col(xg, g, cn, bases.data(), bases.data() + cn, packed, cols.data());
     const float* a = w + (grp * g.f + m0) * k;
     float* yg = y + ((img * g.group + grp) * g.f + m0) * n_out + n0;
-    if (kind == kM1) {
-      chain_m1(a, cols.data(), k, cn, yg);
-    } else if (kind == kDot) {
-      dot_rows(a, k, cols.data(), k, mc, yg, n_out);
-    } else if (use_avx2) {
-      chains_avx2(a, k, cols.data(), yg, n_out, mc, cn, k, sk);
-    } else {
-      chains_portable(a, k, cols.data(), yg, n_out, mc, cn, k, sk);
+    for (int64_t k0 = 0; k0 < k; k0 += sk) {
+      const int64_t k1 = k < k0 + sk ? k : k0 + sk;
+      im2col(xg, g, n0, cn, k0, k1, ld, cols.data());
+      if (kind == kM1) {
+        chain_m1(a + k0, cols.data(), k1 - k0, cn, yg, k0 != 0);
+      } else if (kind == kDot) {
+        dot_rows(a, k, cols.data(), k, mc, yg, n_out);
+      } else if (use_avx2) {
+        chains_avx2(a + k0, k, cols.data(), ld, yg, n_out, mc, cn, k1 - k0, k0 != 0);
+      } else {
+        chains_portable(a + k0, k, cols.data(), ld, yg, n_out, mc, cn, k1 - k0, k0 != 0);
+      }
     }
     if (bias != nullptr) {
       for (int64_t f = 0; f < mc; ++f) {
@@ -179,9 +184,16 @@ void conv_f32(const float* x, const float* w, const float* bias, float* y, const
   };
   if (num_threads <= 1 || units == 1) {
     for (int64_t u = 0; u < units; ++u) body(u, 0);
-  } else {
-    qgemm::parallel_for(num_threads, units, body);
+    return;
   }
+  // MLAS's segment order: each thread takes one contiguous run of the parts (an ORT
+  // thread's segment is a contiguous run of slices), so neighbouring slices, which read
+  // overlapping input rows, stay on one core.
+  const int64_t t = units < num_threads ? units : num_threads;
+  auto run = [&](int64_t i, int) {
+    for (int64_t u = units * i / t; u < units * (i + 1) / t; ++u) body(u, 0);
+  };
+  qgemm::parallel_for(static_cast<int>(t), t, run);
 }
 
 }  // namespace mlas_conv

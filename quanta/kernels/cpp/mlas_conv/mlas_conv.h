@@ -12,9 +12,11 @@
 //   y = f32(y + b[f]) when bias is given                                               (MC6)
 //
 // The parts (m0, mc, n0, cn, sk, kind) come from reference/mlas_conv.py mlas_conv_plan (ORT's
-// thread count and the shape decide them); kind 0 chains, 1 M = 1, 2 N = 1. The arithmetic
-// of one output does not depend on how this kernel itself is threaded (num_threads splits
-// parts, groups and images).
+// thread count and the shape decide them); kind 0 chains, 1 M = 1, 2 N = 1. A part is
+// computed one K block at a time, as MLAS does (its CountK): the block's im2col rows are
+// made, multiplied and dropped, so the block stays in L2. The arithmetic of one
+// output does not depend on how this kernel itself is threaded (num_threads splits parts,
+// groups and images; each part is one thread's, as an MLAS segment's slices are).
 #pragma once
 
 #include <cstdint>
@@ -38,13 +40,15 @@ enum Kind : int64_t { kChains = 0, kM1 = 1, kDot = 2 };
 void conv_f32(const float* x, const float* w, const float* bias, float* y, const Geometry& g, const int64_t* parts,
               int64_t n_parts, int num_threads, bool use_avx2);
 
-// (MC3)-(MC4) for rows [0, rows) of a (row stride lda) against the columns [0, cn) held in
-// packed panels ([⌈cn/16⌉][k][16], zero-padded), into y (row stride ldy). The AVX2 variant
-// is bit-identical to the portable one.
-void chains_portable(const float* a, int64_t lda, const float* panels, float* y, int64_t ldy, int64_t rows, int64_t cn,
-                     int64_t k, int64_t sk);
-void chains_avx2(const float* a, int64_t lda, const float* panels, float* y, int64_t ldy, int64_t rows, int64_t cn,
-                 int64_t k, int64_t sk);
+// (MC3) for one K block of kb rows, rows [0, rows) of a (row stride lda, already offset to
+// the block's first k) against the columns [0, cn) of b (kb im2col rows of stride ldb,
+// readable and zero up to the next multiple of 16 columns): y = acc when `accumulate` is
+// false (the first block), else y = f32(y + acc) (MC4). The AVX2 variant is bit-identical
+// to the portable one.
+void chains_portable(const float* a, int64_t lda, const float* b, int64_t ldb, float* y, int64_t ldy, int64_t rows,
+                     int64_t cn, int64_t kb, bool accumulate);
+void chains_avx2(const float* a, int64_t lda, const float* b, int64_t ldb, float* y, int64_t ldy, int64_t rows,
+                 int64_t cn, int64_t kb, bool accumulate);
 
 }  // namespace mlas_conv
 }  // namespace quanta
