@@ -54,7 +54,6 @@ def time_file(
     for threads in (1, 2):
         so = quanta.SessionOptions(float_functions=float_functions)
         so.intra_op_num_threads = threads
-        so.float_functions = float_functions
         sessions[f"q{threads}"] = quanta.InferenceSession(str(path), so)
         oso = ort.SessionOptions()
         oso.intra_op_num_threads = threads
@@ -102,17 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--configs", default="quanta,ort_minmax")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--per-round", type=int, default=5)
-    ap.add_argument(
-        "--float-functions",
-        default="auto",
-        help="quanta's SessionOptions.float_functions ('ort': also ORT's float Conv order, docs/float-ops.md)",
-    )
     ap.add_argument("--json")
     ap.add_argument(
         "--float-functions",
         default="auto",
         choices=("auto", "onnx", "ort"),
-        help="quanta's SessionOptions.float_functions ('ort': ORT's float order, docs/float-ops.md)",
+        help="quanta's SessionOptions.float_functions ('ort': ORT's float order, MlasConv included, docs/float-ops.md)",
     )
     args = ap.parse_args(argv)
     cache = zoodata.cache_dir()
