@@ -29,7 +29,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,6 +66,7 @@ from quanta.quantize.qdq import (
     bias_correction_inputs,
     consumer_channel_weights,
     correct_biases,
+    depthwise_only_inputs,
     insert_qdq,
     plan_qdq,
     resolve_params,
@@ -342,7 +343,11 @@ class SpreadFor:
         return SpreadObserver() if name in self.names else self.make(name)
 
 
-def make_observer_factory(recipe: Recipe, channel_weights: dict[str, tuple[int, Any]] | None = None):
+def make_observer_factory(
+    recipe: Recipe,
+    channel_weights: dict[str, tuple[int, Any]] | None = None,
+    per_channel: Collection[str] = (),
+):
     """tensor name -> a fresh observer for the recipe's calibration method (its row in
     quantize/methods.py ``METHODS``).
 
@@ -351,7 +356,9 @@ def make_observer_factory(recipe: Recipe, channel_weights: dict[str, tuple[int, 
     symmetry), which only quantize/ knows (calibrate/ cannot import it).
     ``channel_weights`` (qdq.consumer_channel_weights): the tensors that the weighted
     MSE method calibrates with their consumers' weights; the others get MinMax when
-    ``recipe.other_ranges`` is "minmax", else an MSE observer (its extrema are MinMax)."""
+    ``recipe.other_ranges`` is "minmax", else an MSE observer (its extrema are MinMax).
+    ``per_channel`` (qdq.depthwise_only_inputs): the tensors that may take one grid per
+    channel (eq. (29))."""
     from quanta.quantize.methods import METHODS, Bins, ObserverRequest
     from quanta.quantize.params import quant_range
 
@@ -372,7 +379,11 @@ def make_observer_factory(recipe: Recipe, channel_weights: dict[str, tuple[int, 
                 storage = storage_from_name(ov.dtype, name)
             return quant_range(storage, symmetric=symmetric, reduce_range=recipe.reduce_range)
 
-        return method.make(ObserverRequest(recipe, name, symmetric, bins, grid, channel_weights or {}))
+        return method.make(
+            ObserverRequest(
+                recipe, name, symmetric, bins, grid, channel_weights or {}, frozenset(per_channel)
+            )
+        )
 
     return make
 
@@ -546,6 +557,7 @@ def quantize_static(
     weights_for = (
         consumer_channel_weights(graph, plan) if recipe.method is CalibrationMethod.WEIGHTED_MSE else {}
     )
+    per_channel = depthwise_per_channel(graph, plan, weights_for, recipe)
     means: dict = {}
     rounded = []
     if recipe.weight_rounding in ("gptq", "gptaq"):
@@ -587,7 +599,7 @@ def quantize_static(
                 2 * FEEDS,
             )
             preprocess = None
-        make = make_observer_factory(recipe, weights_for)
+        make = make_observer_factory(recipe, weights_for, per_channel)
         if choose_ranges and in_process:
             make = split_observers(make)  # eq. (24) measures ranges of the even feeds on the odd ones
         if lstm_x:
@@ -616,7 +628,7 @@ def quantize_static(
                     model,
                     to_calibrate,
                     even_feeds,
-                    make_observer_factory(recipe, weights_for),
+                    make_observer_factory(recipe, weights_for, per_channel),
                     progress=False,
                 )
             )
@@ -792,6 +804,10 @@ def quantize_static(
             pool_feeds = list(
                 iter_feeds(calibration_data, graph.inputs, preprocess=preprocess, limit=2 * FEEDS)
             )
+    if recipe.depthwise_input_per_channel == "auto" and recipe.method is CalibrationMethod.WEIGHTED_MSE:
+        # the file records eq. (29)'s choice
+        chosen = tuple(sorted(n for n in per_channel if n in ranges and ranges[n].axis is not None))
+        recipe = dataclasses.replace(recipe, depthwise_input_per_channel=chosen)
     lstms = finish(model, plan, bodies, ranges, recipe, gptq if rounded else None)
     model.metadata["quanta.recipe"] = recipe.to_json()
     model.producer_name = "quanta"
@@ -903,6 +919,17 @@ def widened_recipe(recipe: Recipe, graph: Any) -> Recipe:
     macs = [name for name in macs if id(graph.value(name)) not in outputs]
     widened = {n: TensorOverride(dtype="int16") for n in dict.fromkeys(macs) if n not in recipe.overrides}
     return dataclasses.replace(recipe, activation_type="int16", overrides={**recipe.overrides, **widened})
+
+
+def depthwise_per_channel(graph: Any, plan: Any, weights_for: dict, recipe: Recipe) -> list[str]:
+    """The tensors whose observers may choose per-channel grids (eq. (29)): the
+    depthwise-only inputs (qdq.depthwise_only_inputs) under method "weighted_mse", all of
+    them with "auto", those the recipe lists with a list (a file's recorded choice)."""
+    setting = recipe.depthwise_input_per_channel
+    if setting == "off" or recipe.method is not CalibrationMethod.WEIGHTED_MSE:
+        return []
+    names = depthwise_only_inputs(graph, plan, weights_for)
+    return names if setting == "auto" else [n for n in names if n in setting]
 
 
 def _keep_first(feeds, kept: list, n: int):
