@@ -712,6 +712,22 @@ def consumer_channel_weights(graph: Graph, plan: QdqPlan) -> dict[str, tuple[int
     return out
 
 
+def _output_quantized(node: Node, decided: Mapping[int, NodeDecision]) -> bool:
+    """``node`` is quantized and its output is, directly or after a Relu / Clip that the
+    codes imply (plan_qdq's absorbed activation)."""
+    d = decided.get(id(node))
+    if d is None or not d.quantize:
+        return False
+    if d.output is not None:
+        return True
+    out = node.outputs[0] if node.outputs else None
+    if out is None or len(out.uses) != 1:
+        return False
+    act, _ = out.uses[0]
+    da = decided.get(id(act))
+    return act.op_type in ("Relu", "Clip") and not act.domain and da is not None and da.output is not None
+
+
 def depthwise_only_inputs(graph: Graph, plan: QdqPlan, weights: Mapping[str, tuple[int, Any]]) -> list[str]:
     """The calibrated 8-bit activations that may take one grid per channel (eq. (29),
     calibrate/weighted_mse.py): every reader is a quantized depthwise Conv (group = C,
@@ -739,8 +755,7 @@ def depthwise_only_inputs(graph: Graph, plan: QdqPlan, weights: Mapping[str, tup
             node.op_type == "Conv"
             and int(node.attrs.get("group", 1)) == channels
             and node.input(1).const.shape[:2] == (channels, 1)
-            and (d := decided.get(id(node))) is not None
-            and d.output is not None
+            and _output_quantized(node, decided)
             for node, _ in v.uses
         ):
             continue

@@ -22,7 +22,7 @@ C = 7
 
 
 def spread_block(also_conv: bool = False, seed: int = 0) -> onnx.ModelProto:
-    """x -> 1x1 Conv -> Clip(0, 6) -> y -> depthwise 3x3 Conv -> z -> 1x1 Conv, y's channels 100x
+    """x -> 1x1 Conv -> Clip(0, 6) -> y -> depthwise 3x3 Conv -> Relu -> 1x1 Conv, y's channels 100x
     apart in range (channel c scaled by 100^(-c/6)) and the depthwise weights the inverse,
     so every channel matters alike downstream. ``also_conv``: y is also read by a 1x1
     Conv (not depthwise), whose output is added to z."""
@@ -45,7 +45,10 @@ def spread_block(also_conv: bool = False, seed: int = 0) -> onnx.ModelProto:
         numpy_helper.from_array(w2, "w2"),
         numpy_helper.from_array(b2, "b2"),
     ]
-    nodes.append(helper.make_node("Conv", ["z", "w4"], ["o"], name="head"))
+    # a Relu after the depthwise Conv (MobileNet, EfficientNet): its output is quantized
+    # after the Relu, which the codes imply
+    nodes.append(helper.make_node("Relu", ["z"], ["zr"], name="relu"))
+    nodes.append(helper.make_node("Conv", ["zr", "w4"], ["o"], name="head"))
     inits.append(numpy_helper.from_array(rng.standard_normal((3, C, 1, 1)).astype(np.float32), "w4"))
     out = "o"
     if also_conv:
