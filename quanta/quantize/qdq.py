@@ -731,9 +731,8 @@ def _output_quantized(node: Node, decided: Mapping[int, NodeDecision]) -> bool:
 def depthwise_only_inputs(graph: Graph, plan: QdqPlan, weights: Mapping[str, tuple[int, Any]]) -> list[str]:
     """The calibrated 8-bit activations that may take one grid per channel (eq. (29),
     calibrate/weighted_mse.py): every reader is a quantized depthwise Conv (group = C,
-    weight [C, 1, ...]) reading it as input 0, and the producer is a Conv, directly or
-    through a Relu / Clip that nothing else reads (the activation is then implied by the
-    codes), so that passes/lower/per_channel_activation.py folds the channel scales into
+    weight [C, 1, ...]) reading it as input 0, and the producer is a Relu / Clip of a Conv
+    output that nothing else reads (the activation is then implied by the codes), so that passes/lower/per_channel_activation.py folds the channel scales into
     both convolutions' multipliers. ``weights``: consumer_channel_weights (its tensors
     already have only Conv readers with constant weights)."""
     decided = {id(d.node): d for d in plan.decisions}
@@ -759,9 +758,14 @@ def depthwise_only_inputs(graph: Graph, plan: QdqPlan, weights: Mapping[str, tup
             for node, _ in v.uses
         ):
             continue
+        # the producer: Conv -> Relu / Clip. A Conv read directly stays per tensor: ONNX
+        # Runtime fuses DQ -> Conv -> Q into QLinearConv whatever the y scale's shape, and
+        # its QLinearConv then refuses the vector zero point at run time (yunet); with the
+        # activation between, it leaves the groups as float Conv + Q / DQ
         p = v.producer
-        if p is not None and not p.domain and p.op_type in ("Relu", "Clip") and len(p.inputs[0].uses) == 1:
-            p = p.inputs[0].producer
+        if p is None or p.domain or p.op_type not in ("Relu", "Clip") or len(p.inputs[0].uses) != 1:
+            continue
+        p = p.inputs[0].producer
         d = decided.get(id(p)) if p is not None else None
         if p is None or p.domain or p.op_type != "Conv" or d is None or not d.quantize:
             continue

@@ -539,6 +539,7 @@ def quantize_static(
     bodies = plan_bodies(model, body_recipe(recipe)) if quantize_inside else []
     ranges = {}
     minmax: dict = {}  # eq. (24)'s other candidate: MinMax of the tensors outside eq. (22)
+    per_tensor: dict = {}  # eq. (29b)'s other candidate: the per-tensor range of a per-channel one
     body_float: dict[str, str] = {}
     samples = 0
     shapes: dict = {}
@@ -649,6 +650,8 @@ def quantize_static(
                     body_float[name] = reason
             else:
                 ranges[name] = obs.range()
+                if ranges[name].axis is not None and hasattr(obs, "tensor_range"):
+                    per_tensor[name] = obs.tensor_range()  # eq. (29b)'s other candidate
                 if choose_ranges and name not in weights_for and issubclass(observer_type(obs), MSEObserver):
                     minmax[name] = obs.extrema()
 
@@ -747,6 +750,20 @@ def quantize_static(
         )
         apply_rounding(graph, plan, stats.stats, gptq_recipe)
 
+    rec: Recipe = recipe
+
+    def candidate(rng: dict) -> Model:
+        # the same float graph planned again (the graph is linked both ways: a copy
+        # through the ONNX form, not a deep copy)
+        alt = from_proto(to_proto(model))
+        alt_plan = plan_qdq(alt.graph, plan_recipe)
+        for name, t in plan.tensors.items():
+            if t.float_reason is not None and name in alt_plan.tensors:
+                alt_plan.tensors[name].float_reason = t.float_reason
+        alt_bodies = plan_bodies(alt, body_recipe(rec)) if quantize_inside else []
+        finish(alt, alt_plan, alt_bodies, rng, rec)
+        return alt
+
     range_choice = None
     if any(ranges[k] != v for k, v in minmax.items()):
         from quanta.quantize.accuracy import run_outputs as run_file
@@ -761,20 +778,6 @@ def quantize_static(
         # candidates round weights to nearest: the choice is between activation ranges.
         held_out = choice_feeds[1::2] if halves else choice_feeds
         even = half_ranges(halves, ranges, minmax) if halves else (ranges, minmax)
-
-        rec: Recipe = recipe
-
-        def candidate(rng: dict) -> Model:
-            # the same float graph planned again (the graph is linked both ways: a copy
-            # through the ONNX form, not a deep copy)
-            alt = from_proto(to_proto(model))
-            alt_plan = plan_qdq(alt.graph, plan_recipe)
-            for name, t in plan.tensors.items():
-                if t.float_reason is not None and name in alt_plan.tensors:
-                    alt_plan.tensors[name].float_reason = t.float_reason
-            alt_bodies = plan_bodies(alt, body_recipe(rec)) if quantize_inside else []
-            finish(alt, alt_plan, alt_bodies, rng, rec)
-            return alt
 
         if 0 < len(held_out[:FEEDS]) < MIN_FEEDS:  # too few to measure (range_choice.py)
             range_choice = too_few_feeds("minmax", len(held_out[:FEEDS]))
@@ -792,6 +795,39 @@ def quantize_static(
         recipe = dataclasses.replace(recipe, other_ranges=range_choice.choice)
         if range_choice.choice == "minmax":
             ranges = {**ranges, **minmax}
+    # eq. (29b): the per-channel grids of eq. (29) are kept only when the file with them
+    # is at least PER_CHANNEL_MARGIN_DB closer to FP32 at the outputs than the file without
+    # them, measured as eq. (24) (ranges of the even feeds, scored on the odd ones)
+    channel_choice = None
+    if per_tensor and recipe.depthwise_input_per_channel == "auto":
+        from quanta.quantize.accuracy import run_outputs as run_file
+
+        if not choice_feeds and reiterable(calibration_data):
+            choice_feeds = list(
+                iter_feeds(calibration_data, graph.inputs, preprocess=preprocess, limit=2 * FEEDS)
+            )
+        held_out = choice_feeds[1::2] if halves else choice_feeds
+        ev, ev_minmax = half_ranges(halves, ranges, minmax) if halves else (dict(ranges), dict(minmax))
+        if recipe.other_ranges == "minmax":
+            ev = {**ev, **ev_minmax}
+        ev_pt = dict(ev)
+        for name, full in per_tensor.items():
+            h = halves.get(name)
+            ev_pt[name] = h.tensor_range() if h is not None and ev[name] is not ranges[name] else full
+        rec = recipe
+        with tempfile.TemporaryDirectory(prefix="quanta-ranges-") as tmp:
+            reference = os.path.join(tmp, "float.onnx")
+            save(model, reference, check=False)
+            channel_choice = choose(
+                reference,
+                {"per_tensor": candidate(ev_pt), "per_channel": candidate(ev)},
+                held_out[:FEEDS],
+                lambda m, path: save(m, path, check=False),
+                run_file,
+            )
+        gain = channel_choice.scores.get("per_channel", 0.0) - channel_choice.scores.get("per_tensor", 0.0)
+        if not channel_choice.scores or gain < PER_CHANNEL_MARGIN_DB:
+            ranges = {**ranges, **per_tensor}
     # eq. (28) (quanta.quantize.pool_bias): the layers that read a global average pool,
     # measured on the float model as it is now and on the file once built
     pooled = pooled_layers(graph, plan) if recipe.pool_bias_correction else {}
@@ -832,6 +868,13 @@ def quantize_static(
         _summarize_body(summary, scope, recipe)
     summary.coverage = report
     summary.range_choice = range_choice
+    if channel_choice is not None:
+        measured = ", ".join(f"{k} {v:.1f} dB" for k, v in channel_choice.scores.items())
+        kept = "per channel" if recipe.depthwise_input_per_channel else "per tensor"
+        summary.notes.append(
+            f"depthwise inputs (eq. (29b)): {kept} ({measured or channel_choice.reason}; "
+            f"per channel needs {PER_CHANNEL_MARGIN_DB} dB more)"
+        )
     summary.pool_bias = pool_bias
     note = file_note(model_output)
     if note:
@@ -919,6 +962,12 @@ def widened_recipe(recipe: Recipe, graph: Any) -> Recipe:
     macs = [name for name in macs if id(graph.value(name)) not in outputs]
     widened = {n: TensorOverride(dtype="int16") for n in dict.fromkeys(macs) if n not in recipe.overrides}
     return dataclasses.replace(recipe, activation_type="int16", overrides={**recipe.overrides, **widened})
+
+
+# eq. (29b): the measured gain (dB of output SQNR on held-out calibration feeds) for which
+# the per-channel grids of depthwise inputs are kept; below it the file keeps one grid per
+# tensor (ONNX Runtime runs that file faster: it fuses only per-tensor activations)
+PER_CHANNEL_MARGIN_DB = 0.5
 
 
 def depthwise_per_channel(graph: Any, plan: Any, weights_for: dict, recipe: Recipe) -> list[str]:

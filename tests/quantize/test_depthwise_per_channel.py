@@ -21,11 +21,12 @@ ort = pytest.importorskip("onnxruntime")
 C = 7
 
 
-def spread_block(also_conv: bool = False, seed: int = 0) -> onnx.ModelProto:
+def spread_block(also_conv: bool = False, clip: bool = True, seed: int = 0) -> onnx.ModelProto:
     """x -> 1x1 Conv -> Clip(0, 6) -> y -> depthwise 3x3 Conv -> Relu -> 1x1 Conv, y's channels 100x
     apart in range (channel c scaled by 100^(-c/6)) and the depthwise weights the inverse,
     so every channel matters alike downstream. ``also_conv``: y is also read by a 1x1
-    Conv (not depthwise), whose output is added to z."""
+    Conv (not depthwise), whose output is added to z. ``clip=False``: y is the Conv's
+    output itself."""
     rng = np.random.default_rng(seed)
     gain = 100.0 ** (-np.arange(C) / (C - 1))
     w1 = (rng.standard_normal((C, 3, 1, 1)) * gain[:, None, None, None]).astype(np.float32)
@@ -34,7 +35,9 @@ def spread_block(also_conv: bool = False, seed: int = 0) -> onnx.ModelProto:
     b2 = rng.standard_normal(C).astype(np.float32)
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["p"], name="pw"),
-        helper.make_node("Clip", ["p", "lo", "hi"], ["y"], name="relu6"),
+        helper.make_node("Clip", ["p", "lo", "hi"], ["y"], name="relu6")
+        if clip
+        else helper.make_node("Identity", ["p"], ["y"], name="same"),
         helper.make_node("Conv", ["y", "w2", "b2"], ["z"], name="dw", group=C, pads=[1, 1, 1, 1]),
     ]
     inits = [
@@ -129,6 +132,16 @@ def test_a_tensor_also_read_by_a_pointwise_conv_stays_per_tensor(tmp_path):
         if n.op_type == "QuantizeLinear" and not n.inputs[0].is_const
     )
     assert recipe_of(tmp_path / "q.onnx")["depthwise_input_per_channel"] == []
+
+
+def test_a_conv_read_directly_stays_per_tensor(tmp_path):
+    """ONNX Runtime fuses DQ -> Conv -> Q(per-channel) into a QLinearConv that then fails
+    on the vector zero point: without a Relu / Clip between, the grid stays per tensor."""
+    src = tmp_path / "m.onnx"
+    onnx.save(spread_block(clip=False), src)
+    quanta.quantize_static(src, tmp_path / "q.onnx", feeds(6, 1), verbose=False)
+    assert recipe_of(tmp_path / "q.onnx")["depthwise_input_per_channel"] == []
+    ort.InferenceSession(str(tmp_path / "q.onnx")).run(None, feeds(1, 2)[0])
 
 
 def test_even_channels_keep_the_per_tensor_grid(tmp_path):
