@@ -177,3 +177,14 @@ def test_the_option_is_checked():
     with pytest.raises(RecipeError, match="depthwise_input_per_channel"):
         Recipe(depthwise_input_per_channel="always")
     assert Recipe(depthwise_input_per_channel=["a", "b"]).depthwise_input_per_channel == ("a", "b")
+
+
+def test_sharded_calibration_gives_the_same_file(tmp_path):
+    """The per-tensor range eq. (29b) measures against travels in the workers' results."""
+    src = tmp_path / "m.onnx"
+    onnx.save(spread_block(), src)
+    data = feeds(8, 1)
+    quanta.quantize_static(src, tmp_path / "one.onnx", data, verbose=False)
+    quanta.quantize_static(src, tmp_path / "three.onnx", data, verbose=False, engine="inprocess", workers=3)
+    assert recipe_of(tmp_path / "three.onnx")["depthwise_input_per_channel"] == ["y"]
+    assert (tmp_path / "three.onnx").read_bytes() == (tmp_path / "one.onnx").read_bytes()
