@@ -306,13 +306,18 @@ class ObserverBase:
         """What quantization reads from this observer (range, extrema, degeneracy), computed
         now: a worker of quanta.scale sends this instead of the state (docs/scale.md)."""
         seen = self._count is not None and bool(self._count.any())
+        rng = self.range()
+        # a per-channel choice (weighted_mse.py eq. (29)) travels with the per-tensor range
+        # it beat, which eq. (29b) measures against
+        per_tensor = getattr(self, "tensor_range", None)
         return ObserverResult(
             type(self),
-            self.range(),
+            rng,
             self.extrema(),
             seen=seen,
             nan=0 if self._nan is None else int(self._nan.sum()),
             spread=self.spread(),
+            tensor=per_tensor() if per_tensor is not None and rng.axis is not None else None,
         )
 
     # ------------------------------------------------------------------------- merge
@@ -424,7 +429,7 @@ class ObserverResult:
     the observer's own, bit for bit. It cannot observe, merge or be saved as a table
     (those need the state). ``observer_type``: the class of the observer it came from."""
 
-    __slots__ = ("_extrema", "_nan", "_range", "_seen", "_spread", "observer_type")
+    __slots__ = ("_extrema", "_nan", "_range", "_seen", "_spread", "_tensor", "observer_type")
 
     def __init__(
         self,
@@ -435,8 +440,10 @@ class ObserverResult:
         seen: bool,
         nan: int,
         spread: float | None = None,
+        tensor: CalibratedType | None = None,
     ) -> None:
         self.observer_type = observer_type
+        self._tensor = tensor
         self._range = rng
         self._extrema = extrema
         self._seen = seen
@@ -444,7 +451,15 @@ class ObserverResult:
         self._spread = spread
 
     def __reduce__(self) -> tuple[Any, ...]:
-        args = (self.observer_type, self._range, self._extrema, self._seen, self._nan, self._spread)
+        args = (
+            self.observer_type,
+            self._range,
+            self._extrema,
+            self._seen,
+            self._nan,
+            self._spread,
+            self._tensor,
+        )
         return (_observer_result, args)
 
     def __repr__(self) -> str:
@@ -463,6 +478,11 @@ class ObserverResult:
     def extrema(self) -> CalibratedType:
         return self._extrema
 
+    def tensor_range(self) -> CalibratedType:
+        """The per-tensor range a per-channel ``range()`` was chosen over (eq. (29)), else
+        ``range()``."""
+        return self._tensor if self._tensor is not None else self._range
+
     def degenerate(self, bits: int = 8) -> str | None:
         return _degenerate(self._seen, self._nan, self._extrema if self._seen else None, bits)
 
@@ -472,8 +492,10 @@ class ObserverResult:
 
 
 def _observer_result(*args: Any) -> ObserverResult:
-    observer_type, rng, extrema, seen, nan, spread = args
-    return ObserverResult(observer_type, rng, extrema, seen=seen, nan=nan, spread=spread)
+    observer_type, rng, extrema, seen, nan, spread, *tensor = args
+    return ObserverResult(
+        observer_type, rng, extrema, seen=seen, nan=nan, spread=spread, tensor=tensor[0] if tensor else None
+    )
 
 
 def observer_type(obs: ObserverBase | ObserverResult) -> type[ObserverBase]:

@@ -21,6 +21,21 @@ that noise. Plain MSE weighs every channel alike and keeps the wide range; eq. (
 that the wide channel's downstream weights are small and clips it
 (docs/accuracy.md, layout_cdla). The clipped range is kept only when eq. (22) rates it
 at least twice as good as MinMax (eq. (23), ``MIN_GAIN``): the model is approximate.
+
+A tensor that only depthwise convolutions read (``per_channel=True``) may instead take one
+grid per channel (axis 1): each depthwise output channel reads one input channel, so its
+requantization multiplier absorbs that channel's scale and the integer kernels run as
+before (passes/lower/per_channel_activation.py). The channels share one zero point (the
+lowering needs it) and each covers its own [min, max]::
+
+    (29) s_c(z) = max(-lo_c / (z - qmin), hi_c / (qmax - z))        lo_c <= 0 <= hi_c
+         z = argmin_z  Σ_c g_c · n_c · s_c(z)^2                       (z = qmin when no lo_c < 0)
+         E_pc = Σ_c g_c · (n_c - zeros_c) · s_c^2 / 12                 (no clipping: rounding only)
+
+and replaces the per-tensor range [a, b] only where eq. (22) rates it at least twice as
+good, ``E_pc < MIN_GAIN · Σ_c g_c · E_c(a, b)`` (eq. (23)'s bar). Without clipping the
+per-channel side of the model is exact; the per-tensor side underrates clipping, so the
+test leans to the per-tensor grid. Channels that are all zeros take the per-tensor range.
 """
 
 from __future__ import annotations
@@ -71,6 +86,7 @@ class WeightedMSEObserver(MSEObserver):
         qmax: int = 255,
         symmetric: bool = False,
         bins: int = WEIGHTED_BINS,
+        per_channel: bool = False,
     ) -> None:
         w = np.asarray(weights, dtype=np.float64).reshape(-1)
         if w.size == 0 or not np.isfinite(w).all() or (w < 0).any():
@@ -80,9 +96,13 @@ class WeightedMSEObserver(MSEObserver):
         super().__init__(qmin=qmin, qmax=qmax, symmetric=symmetric, bins=bins, axis=axis)
         total = float(w.sum())
         self.weights = w / total if total > 0 else np.ones_like(w) / w.size
+        self.per_channel = bool(per_channel)
 
     def config(self) -> dict[str, Any]:
-        return {**super().config(), "weights": self.weights.tolist()}
+        cfg = {**super().config(), "weights": self.weights.tolist()}
+        if self.per_channel:  # absent otherwise: per-tensor tables read as before
+            cfg["per_channel"] = True
+        return cfg
 
     def observe(self, x: np.ndarray) -> None:
         a = np.asarray(x)
@@ -138,8 +158,71 @@ class WeightedMSEObserver(MSEObserver):
         return CalibratedType(self.expressed, float(self._min[has].min()), float(self._max[has].max()))
 
     def range(self) -> CalibratedType:
-        """One range for the whole tensor. A tensor with a non-finite extremum reports
-        its extrema (is_degenerate then keeps it float); one that saw nothing [0, 0]."""
+        """One range for the whole tensor, or with ``per_channel`` one per channel where
+        eq. (29) pays. A tensor with a non-finite extremum reports its extrema
+        (is_degenerate then keeps it float); one that saw nothing [0, 0]."""
+        cal = self.tensor_range()
+        if self.per_channel:
+            pc = self.channel_ranges(cal)
+            if pc is not None:
+                return pc
+        return cal
+
+    def channel_ranges(self, tensor: CalibratedType) -> CalibratedType | None:
+        """Eq. (29): per-channel ranges (axis = ``self.axis``) with one zero point, or
+        None when the per-tensor range ``tensor`` is as good (eq. (23)'s bar) or the
+        channels are not all finite and seen."""
+        if self._min is None or tensor.axis is not None or self.weights.size < 2:
+            return None
+        assert self._max is not None and self._count is not None
+        if not (np.isfinite(self._min).all() and np.isfinite(self._max).all()) or (self._count == 0).any():
+            return None
+        a0, b0 = min(float(tensor.min), 0.0), max(float(tensor.max), 0.0)
+        if b0 <= a0:
+            return None
+        lo, hi = np.minimum(self._min, 0.0), np.maximum(self._max, 0.0)
+        dead = hi <= lo  # all zeros: any grid is exact, the per-tensor one is used
+        lo, hi = np.where(dead, a0, lo), np.where(dead, b0, hi)
+        g = self.weights
+        n = self._count.astype(np.float64)
+        nz = np.maximum(n - self._zeros.astype(np.float64), 0.0)
+        qmin, qmax = self.qmin, self.qmax
+        if self.symmetric:
+            t = np.maximum(-lo, hi)
+            lo_c, hi_c = -t, t
+            s = 2.0 * t / (qmax - qmin)
+        else:
+            if (lo < 0).any() and (hi > 0).any():
+                zs = np.arange(qmin + 1, qmax, dtype=np.float64)
+            elif (lo < 0).any():
+                zs = np.array([float(qmax)])
+            else:
+                zs = np.array([float(qmin)])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                down = np.where(zs[:, None] > qmin, -lo[None, :] / (zs[:, None] - qmin), 0.0)
+                up = np.where(zs[:, None] < qmax, hi[None, :] / (qmax - zs[:, None]), 0.0)
+            steps = np.maximum(down, up)  # [Z, C]
+            z = zs[int(np.argmin((steps**2) @ (g * n)))]
+            s = steps[int(np.flatnonzero(zs == z)[0])]
+            lo_c, hi_c = (qmin - z) * s, (qmax - z) * s
+        if not (s > 0).all():
+            return None
+        e_pc = float(g @ (nz * s * s)) / 12.0
+        st = (b0 - a0) / (qmax - qmin)
+        if self.symmetric:
+            tt = max(-a0, b0)
+            a0, b0, st = -tt, tt, 2.0 * tt / (qmax - qmin)
+        e_pt = 0.0
+        for c in np.flatnonzero(g > 0):
+            if n[c] > 0 and self._counts[c].any():
+                e_pt += float(g[c]) * float(QuantizationErrorModel(self.view(int(c))).error(a0, b0, st))
+        if not e_pc < MIN_GAIN * e_pt:
+            return None
+        assert self.axis is not None
+        return CalibratedType(self.expressed, tuple(lo_c.tolist()), tuple(hi_c.tolist()), self.axis)
+
+    def tensor_range(self) -> CalibratedType:
+        """Eq. (22)'s one range for the whole tensor (with eq. (23)'s MinMax fallback)."""
         if self._min is None or not (self._count > 0).any():
             return CalibratedType(self.expressed, 0.0, 0.0)
         has = self._count > 0

@@ -39,6 +39,8 @@ class ObserverRequest:
     grid: Callable[[], tuple[int, int]]
     #: qdq.consumer_channel_weights: tensor -> (axis, weights) of the layers that read it
     channel_weights: Mapping[str, tuple[int, Any]]
+    #: qdq.depthwise_only_inputs that the recipe lets take per-channel grids (eq. (29))
+    per_channel: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,13 @@ def _weighted_mse(r: ObserverRequest) -> ObserverBase:
     axis, weights = r.channel_weights[r.name]
     qmin, qmax = r.grid()
     return WeightedMSEObserver(
-        axis=axis, weights=weights, qmin=qmin, qmax=qmax, symmetric=r.symmetric, **r.bins
+        axis=axis,
+        weights=weights,
+        qmin=qmin,
+        qmax=qmax,
+        symmetric=r.symmetric,
+        per_channel=r.name in r.per_channel,
+        **r.bins,
     )
 
 

@@ -214,13 +214,14 @@ def bias_params(x: QuantType, w: QuantType) -> QuantType:
     (``input_scale * weight_scale``) and as the integer kernels assume. Per-channel when
     ``w`` is (then along axis 0 of the 1-D bias).
 
+    A per-channel ``x`` (axis 1, the input of a depthwise Conv, eq. (29)) has one scale per
+    output channel, as the weight: ``sb[c] = sx[c]·sw[c]``.
+
     Raises ``ValueError`` when a product is below float32's smallest normal number (or
     0): call :func:`adjust_weight_scale_for_bias` first, which raises such weight scales.
     """
-    if x.axis is not None:
-        raise ValueError(f"bias_params: the input must be per-tensor, got axis={x.axis}")
     dtype = x.expressed.numpy
-    sb = np.asarray(x.scale[0], dtype) * w.scale_array().astype(dtype).reshape(-1)
+    sb = _input_scales(x, w, "bias_params").astype(dtype) * w.scale_array().astype(dtype).reshape(-1)
     tiny = float(ml_dtypes.finfo(dtype).tiny)
     if (sb.astype(np.float64) < tiny).any() or not np.isfinite(sb).all():
         bad = float(sb.astype(np.float64).min())
@@ -230,6 +231,19 @@ def bias_params(x: QuantType, w: QuantType) -> QuantType:
         )
     axis = None if w.axis is None else 0
     return QuantType(I32, x.expressed, tuple(sb), (0,) * sb.size, axis)
+
+
+def _input_scales(x: QuantType, w: QuantType, where: str) -> np.ndarray:
+    """The input scale(s) a bias scale multiplies: one, or one per output channel when
+    ``x`` is per channel along axis 1 with as many channels as ``w`` has scales."""
+    if x.axis is None:
+        return np.asarray(x.scale[:1], np.float32)
+    if x.axis == 1 and w.axis is not None and len(x.scale) == len(w.scale):
+        return np.asarray(x.scale, np.float32)
+    raise ValueError(
+        f"{where}: a per-channel input (axis={x.axis}, {len(x.scale)} scales) needs a weight with "
+        f"one scale per channel (got {len(w.scale)})"
+    )
 
 
 _INT32_RANGE = float(np.iinfo(np.int32).max) - float(np.iinfo(np.int32).min + 1)  # 2^32 - 2, as ORT
@@ -262,8 +276,6 @@ def adjust_weight_scale_for_bias(x: QuantType, w: QuantType, b: np.ndarray) -> Q
 
     Returns ``w`` unchanged (the same object) when nothing needs adjusting.
     """
-    if x.axis is not None:
-        raise ValueError(f"adjust_weight_scale_for_bias: the input must be per-tensor, got axis={x.axis}")
     dtype = w.expressed.numpy
     bias = np.asarray(b, dtype=np.float64).reshape(-1)
     sw = np.asarray(w.scale, dtype=np.float64)
@@ -276,19 +288,20 @@ def adjust_weight_scale_for_bias(x: QuantType, w: QuantType, b: np.ndarray) -> Q
                 f"adjust_weight_scale_for_bias: bias has {bias.size} values but the weight {sw.size} scales"
             )
         need = _BIAS_EPSILON * 2.0 * np.abs(bias) / _INT32_RANGE
-    sx = float(np.asarray(x.scale[0], dtype=np.float32))
+    sx = _input_scales(x, w, "adjust_weight_scale_for_bias").astype(np.float64)
     tiny = float(ml_dtypes.finfo(x.expressed.numpy).tiny)
     cand = sx * sw
     ort_rule = (cand < need) & (cand > 0.0)
     ratio = np.where(ort_rule, need / np.where(cand > 0.0, cand, 1.0), 1.0)
     new = (sw * ratio).astype(dtype).astype(np.float64)
     # quanta's extra guard: the float32 product sx*sw' must be a normal float32.
-    prod = (np.float32(sx) * new.astype(np.float32)).astype(np.float64)
+    sx = np.broadcast_to(sx, new.shape)
+    prod = (sx.astype(np.float32) * new.astype(np.float32)).astype(np.float64)
     for i in np.flatnonzero(prod < tiny):
         # the raised scale is a value of the expressed type (a float16 model's scales are
         # float16: a float32 step between two of them would not survive the file)
-        up = dtype.type(max(new[i], tiny / sx))
-        while float(np.float32(sx) * np.float32(up)) < tiny:  # at most a few steps up
+        up = dtype.type(max(new[i], tiny / sx[i]))
+        while float(np.float32(sx[i]) * np.float32(up)) < tiny:  # at most a few steps up
             up = np.nextafter(up, dtype.type(np.inf))
         new[i] = float(up)
     if np.array_equal(new, sw):

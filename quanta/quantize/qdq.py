@@ -38,7 +38,9 @@ and the summary says why.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -710,6 +712,67 @@ def consumer_channel_weights(graph: Graph, plan: QdqPlan) -> dict[str, tuple[int
     return out
 
 
+def _output_quantized(node: Node, decided: Mapping[int, NodeDecision]) -> bool:
+    """``node`` is quantized and its output is, directly or after a Relu / Clip that the
+    codes imply (plan_qdq's absorbed activation)."""
+    d = decided.get(id(node))
+    if d is None or not d.quantize:
+        return False
+    if d.output is not None:
+        return True
+    out = node.outputs[0] if node.outputs else None
+    if out is None or len(out.uses) != 1:
+        return False
+    act, _ = out.uses[0]
+    da = decided.get(id(act))
+    return act.op_type in ("Relu", "Clip") and not act.domain and da is not None and da.output is not None
+
+
+def depthwise_only_inputs(graph: Graph, plan: QdqPlan, weights: Mapping[str, tuple[int, Any]]) -> list[str]:
+    """The calibrated 8-bit activations that may take one grid per channel (eq. (29),
+    calibrate/weighted_mse.py): every reader is a quantized depthwise Conv (group = C,
+    weight [C, 1, ...]) reading it as input 0, and the producer is a Relu / Clip of a Conv
+    output that nothing else reads (the activation is then implied by the codes), so that passes/lower/per_channel_activation.py folds the channel scales into
+    both convolutions' multipliers. ``weights``: consumer_channel_weights (its tensors
+    already have only Conv readers with constant weights)."""
+    decided = {id(d.node): d for d in plan.decisions}
+    by_name = {v.name: v for v in graph.values()}
+    out = []
+    for name, (axis, _) in weights.items():
+        t = plan.tensors.get(name)
+        v = by_name.get(name)
+        if v is None or t is None or axis != 1 or t.share_with is not None or t.storage.bits != 8:
+            continue
+        shape = v.shape
+        channels = shape[1] if shape is not None and len(shape) >= 3 else None
+        if not isinstance(channels, int) or channels < 2:
+            continue
+        # each depthwise Conv's output is quantized too: the lowering folds the channel
+        # scales into its multiplier (a float depthwise Conv would also keep the producer
+        # float, which a per-tensor grid lowers)
+        if not all(
+            node.op_type == "Conv"
+            and int(node.attrs.get("group", 1)) == channels
+            and node.input(1).const.shape[:2] == (channels, 1)
+            and _output_quantized(node, decided)
+            for node, _ in v.uses
+        ):
+            continue
+        # the producer: Conv -> Relu / Clip. A Conv read directly stays per tensor: ONNX
+        # Runtime fuses DQ -> Conv -> Q into QLinearConv whatever the y scale's shape, and
+        # its QLinearConv then refuses the vector zero point at run time (yunet); with the
+        # activation between, it leaves the groups as float Conv + Q / DQ
+        p = v.producer
+        if p is None or p.domain or p.op_type not in ("Relu", "Clip") or len(p.inputs[0].uses) != 1:
+            continue
+        p = p.inputs[0].producer
+        d = decided.get(id(p)) if p is not None else None
+        if p is None or p.domain or p.op_type != "Conv" or d is None or not d.quantize:
+            continue
+        out.append(name)
+    return out
+
+
 def correct_biases(graph: Graph, plan: QdqPlan, means: dict[str, np.ndarray]) -> int:
     """Empirical bias correction (AIMET / Nagel et al. 2019, "Data-free quantization",
     sec. 4.2, with the input means measured on the calibration data)::
@@ -928,8 +991,18 @@ def _insert_activation_qdq(graph: Graph, v: Value, q: QuantType) -> None:
     qv = Value(graph.fresh_name(f"{v.name}_quantized"), TensorType(q, v.shape))
     dqv = Value(graph.fresh_name(f"{v.name}_dequantized"), v.type)
     users = list(v.uses)
-    qnode = Node("QuantizeLinear", [v, s, z], [qv], name=graph.fresh_name(f"{v.name}_QuantizeLinear"))
-    dqnode = Node("DequantizeLinear", [qv, s, z], [dqv], name=graph.fresh_name(f"{v.name}_DequantizeLinear"))
+    # a per-channel activation (eq. (29): the input of depthwise Convs) carries its axis
+    attrs = {} if q.axis is None else {"axis": int(q.axis)}
+    qnode = Node(
+        "QuantizeLinear", [v, s, z], [qv], dict(attrs), name=graph.fresh_name(f"{v.name}_QuantizeLinear")
+    )
+    dqnode = Node(
+        "DequantizeLinear",
+        [qv, s, z],
+        [dqv],
+        dict(attrs),
+        name=graph.fresh_name(f"{v.name}_DequantizeLinear"),
+    )
     anchor = _after(graph, v)
     graph.add_node(qnode, before=anchor)
     graph.add_node(dqnode, before=anchor)

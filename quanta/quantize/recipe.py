@@ -265,6 +265,13 @@ class Recipe:
     # first calibration feeds (docs/calibration.md eq. (24)); the file's recipe records
     # the choice, so re-running it reproduces the file without measuring again
     other_ranges: str = "auto"
+    # a tensor that only depthwise Convs read (group = C), under method "weighted_mse":
+    # "auto": one grid per channel (axis 1) where eq. (29) rates it at least twice as good
+    # as the per-tensor range (docs/calibration.md; quanta lowers it to its integer
+    # kernels, passes/lower/per_channel_activation.py); "off": per tensor. The file's
+    # recipe records the choice as the list of tensors that took per-channel grids, which
+    # re-running takes as they are (the others stay per tensor)
+    depthwise_input_per_channel: str | tuple[str, ...] = "auto"
 
     def __post_init__(self) -> None:
         if isinstance(self.method, str):
@@ -337,6 +344,21 @@ class Recipe:
             raise RecipeError(
                 f"other_ranges: expected one of {', '.join(OTHER_RANGES)}, got {self.other_ranges!r}"
             )
+        if isinstance(self.depthwise_input_per_channel, str):
+            if self.depthwise_input_per_channel not in ("auto", "off"):
+                raise RecipeError(
+                    "depthwise_input_per_channel: expected 'auto', 'off' or a list of tensor names, "
+                    f"got {self.depthwise_input_per_channel!r}"
+                )
+        elif isinstance(self.depthwise_input_per_channel, (list, tuple)) and all(
+            isinstance(n, str) for n in self.depthwise_input_per_channel
+        ):
+            self.depthwise_input_per_channel = tuple(self.depthwise_input_per_channel)
+        else:
+            raise RecipeError(
+                "depthwise_input_per_channel: expected 'auto', 'off' or a list of tensor names, "
+                f"got {self.depthwise_input_per_channel!r}"
+            )
         if self.weight_block_size <= 0:
             raise RecipeError(
                 f"weight_block_size: expected a positive block size, got {self.weight_block_size}"
@@ -384,6 +406,8 @@ class Recipe:
         d["subgraphs"] = self.subgraphs.value
         d["op_types"] = sorted(self.op_types)
         d["exclude"] = list(self.exclude)
+        if isinstance(self.depthwise_input_per_channel, tuple):
+            d["depthwise_input_per_channel"] = list(self.depthwise_input_per_channel)
         d["overrides"] = {
             k: {
                 kk: (list(vv) if isinstance(vv, tuple) else vv)

@@ -29,7 +29,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,6 +66,7 @@ from quanta.quantize.qdq import (
     bias_correction_inputs,
     consumer_channel_weights,
     correct_biases,
+    depthwise_only_inputs,
     insert_qdq,
     plan_qdq,
     resolve_params,
@@ -342,7 +343,11 @@ class SpreadFor:
         return SpreadObserver() if name in self.names else self.make(name)
 
 
-def make_observer_factory(recipe: Recipe, channel_weights: dict[str, tuple[int, Any]] | None = None):
+def make_observer_factory(
+    recipe: Recipe,
+    channel_weights: dict[str, tuple[int, Any]] | None = None,
+    per_channel: Collection[str] = (),
+):
     """tensor name -> a fresh observer for the recipe's calibration method (its row in
     quantize/methods.py ``METHODS``).
 
@@ -351,7 +356,9 @@ def make_observer_factory(recipe: Recipe, channel_weights: dict[str, tuple[int, 
     symmetry), which only quantize/ knows (calibrate/ cannot import it).
     ``channel_weights`` (qdq.consumer_channel_weights): the tensors that the weighted
     MSE method calibrates with their consumers' weights; the others get MinMax when
-    ``recipe.other_ranges`` is "minmax", else an MSE observer (its extrema are MinMax)."""
+    ``recipe.other_ranges`` is "minmax", else an MSE observer (its extrema are MinMax).
+    ``per_channel`` (qdq.depthwise_only_inputs): the tensors that may take one grid per
+    channel (eq. (29))."""
     from quanta.quantize.methods import METHODS, Bins, ObserverRequest
     from quanta.quantize.params import quant_range
 
@@ -372,7 +379,11 @@ def make_observer_factory(recipe: Recipe, channel_weights: dict[str, tuple[int, 
                 storage = storage_from_name(ov.dtype, name)
             return quant_range(storage, symmetric=symmetric, reduce_range=recipe.reduce_range)
 
-        return method.make(ObserverRequest(recipe, name, symmetric, bins, grid, channel_weights or {}))
+        return method.make(
+            ObserverRequest(
+                recipe, name, symmetric, bins, grid, channel_weights or {}, frozenset(per_channel)
+            )
+        )
 
     return make
 
@@ -528,6 +539,7 @@ def quantize_static(
     bodies = plan_bodies(model, body_recipe(recipe)) if quantize_inside else []
     ranges = {}
     minmax: dict = {}  # eq. (24)'s other candidate: MinMax of the tensors outside eq. (22)
+    per_tensor: dict = {}  # eq. (29b)'s other candidate: the per-tensor range of a per-channel one
     body_float: dict[str, str] = {}
     samples = 0
     shapes: dict = {}
@@ -546,6 +558,7 @@ def quantize_static(
     weights_for = (
         consumer_channel_weights(graph, plan) if recipe.method is CalibrationMethod.WEIGHTED_MSE else {}
     )
+    per_channel = depthwise_per_channel(graph, plan, weights_for, recipe)
     means: dict = {}
     rounded = []
     if recipe.weight_rounding in ("gptq", "gptaq"):
@@ -587,7 +600,7 @@ def quantize_static(
                 2 * FEEDS,
             )
             preprocess = None
-        make = make_observer_factory(recipe, weights_for)
+        make = make_observer_factory(recipe, weights_for, per_channel)
         if choose_ranges and in_process:
             make = split_observers(make)  # eq. (24) measures ranges of the even feeds on the odd ones
         if lstm_x:
@@ -616,7 +629,7 @@ def quantize_static(
                     model,
                     to_calibrate,
                     even_feeds,
-                    make_observer_factory(recipe, weights_for),
+                    make_observer_factory(recipe, weights_for, per_channel),
                     progress=False,
                 )
             )
@@ -637,6 +650,8 @@ def quantize_static(
                     body_float[name] = reason
             else:
                 ranges[name] = obs.range()
+                if ranges[name].axis is not None and hasattr(obs, "tensor_range"):
+                    per_tensor[name] = obs.tensor_range()  # eq. (29b)'s other candidate
                 if choose_ranges and name not in weights_for and issubclass(observer_type(obs), MSEObserver):
                     minmax[name] = obs.extrema()
 
@@ -735,6 +750,20 @@ def quantize_static(
         )
         apply_rounding(graph, plan, stats.stats, gptq_recipe)
 
+    rec: Recipe = recipe
+
+    def candidate(rng: dict) -> Model:
+        # the same float graph planned again (the graph is linked both ways: a copy
+        # through the ONNX form, not a deep copy)
+        alt = from_proto(to_proto(model))
+        alt_plan = plan_qdq(alt.graph, plan_recipe)
+        for name, t in plan.tensors.items():
+            if t.float_reason is not None and name in alt_plan.tensors:
+                alt_plan.tensors[name].float_reason = t.float_reason
+        alt_bodies = plan_bodies(alt, body_recipe(rec)) if quantize_inside else []
+        finish(alt, alt_plan, alt_bodies, rng, rec)
+        return alt
+
     range_choice = None
     if any(ranges[k] != v for k, v in minmax.items()):
         from quanta.quantize.accuracy import run_outputs as run_file
@@ -749,20 +778,6 @@ def quantize_static(
         # candidates round weights to nearest: the choice is between activation ranges.
         held_out = choice_feeds[1::2] if halves else choice_feeds
         even = half_ranges(halves, ranges, minmax) if halves else (ranges, minmax)
-
-        rec: Recipe = recipe
-
-        def candidate(rng: dict) -> Model:
-            # the same float graph planned again (the graph is linked both ways: a copy
-            # through the ONNX form, not a deep copy)
-            alt = from_proto(to_proto(model))
-            alt_plan = plan_qdq(alt.graph, plan_recipe)
-            for name, t in plan.tensors.items():
-                if t.float_reason is not None and name in alt_plan.tensors:
-                    alt_plan.tensors[name].float_reason = t.float_reason
-            alt_bodies = plan_bodies(alt, body_recipe(rec)) if quantize_inside else []
-            finish(alt, alt_plan, alt_bodies, rng, rec)
-            return alt
 
         if 0 < len(held_out[:FEEDS]) < MIN_FEEDS:  # too few to measure (range_choice.py)
             range_choice = too_few_feeds("minmax", len(held_out[:FEEDS]))
@@ -780,6 +795,39 @@ def quantize_static(
         recipe = dataclasses.replace(recipe, other_ranges=range_choice.choice)
         if range_choice.choice == "minmax":
             ranges = {**ranges, **minmax}
+    # eq. (29b): the per-channel grids of eq. (29) are kept only when the file with them
+    # is at least PER_CHANNEL_MARGIN_DB closer to FP32 at the outputs than the file without
+    # them, measured as eq. (24) (ranges of the even feeds, scored on the odd ones)
+    channel_choice = None
+    if per_tensor and recipe.depthwise_input_per_channel == "auto":
+        from quanta.quantize.accuracy import run_outputs as run_file
+
+        if not choice_feeds and reiterable(calibration_data):
+            choice_feeds = list(
+                iter_feeds(calibration_data, graph.inputs, preprocess=preprocess, limit=2 * FEEDS)
+            )
+        held_out = choice_feeds[1::2] if halves else choice_feeds
+        ev, ev_minmax = half_ranges(halves, ranges, minmax) if halves else (dict(ranges), dict(minmax))
+        if recipe.other_ranges == "minmax":
+            ev = {**ev, **ev_minmax}
+        ev_pt = dict(ev)
+        for name, full in per_tensor.items():
+            h = halves.get(name)
+            ev_pt[name] = h.tensor_range() if h is not None and ev[name] is not ranges[name] else full
+        rec = recipe
+        with tempfile.TemporaryDirectory(prefix="quanta-ranges-") as tmp:
+            reference = os.path.join(tmp, "float.onnx")
+            save(model, reference, check=False)
+            channel_choice = choose(
+                reference,
+                {"per_tensor": candidate(ev_pt), "per_channel": candidate(ev)},
+                held_out[:FEEDS],
+                lambda m, path: save(m, path, check=False),
+                run_file,
+            )
+        gain = channel_choice.scores.get("per_channel", 0.0) - channel_choice.scores.get("per_tensor", 0.0)
+        if not channel_choice.scores or gain < PER_CHANNEL_MARGIN_DB:
+            ranges = {**ranges, **per_tensor}
     # eq. (28) (quanta.quantize.pool_bias): the layers that read a global average pool,
     # measured on the float model as it is now and on the file once built
     pooled = pooled_layers(graph, plan) if recipe.pool_bias_correction else {}
@@ -792,6 +840,10 @@ def quantize_static(
             pool_feeds = list(
                 iter_feeds(calibration_data, graph.inputs, preprocess=preprocess, limit=2 * FEEDS)
             )
+    if recipe.depthwise_input_per_channel == "auto" and recipe.method is CalibrationMethod.WEIGHTED_MSE:
+        # the file records eq. (29)'s choice
+        chosen = tuple(sorted(n for n in per_channel if n in ranges and ranges[n].axis is not None))
+        recipe = dataclasses.replace(recipe, depthwise_input_per_channel=chosen)
     lstms = finish(model, plan, bodies, ranges, recipe, gptq if rounded else None)
     model.metadata["quanta.recipe"] = recipe.to_json()
     model.producer_name = "quanta"
@@ -816,6 +868,13 @@ def quantize_static(
         _summarize_body(summary, scope, recipe)
     summary.coverage = report
     summary.range_choice = range_choice
+    if channel_choice is not None:
+        measured = ", ".join(f"{k} {v:.1f} dB" for k, v in channel_choice.scores.items())
+        kept = "per channel" if recipe.depthwise_input_per_channel else "per tensor"
+        summary.notes.append(
+            f"depthwise inputs (eq. (29b)): {kept} ({measured or channel_choice.reason}; "
+            f"per channel needs {PER_CHANNEL_MARGIN_DB} dB more)"
+        )
     summary.pool_bias = pool_bias
     note = file_note(model_output)
     if note:
@@ -903,6 +962,23 @@ def widened_recipe(recipe: Recipe, graph: Any) -> Recipe:
     macs = [name for name in macs if id(graph.value(name)) not in outputs]
     widened = {n: TensorOverride(dtype="int16") for n in dict.fromkeys(macs) if n not in recipe.overrides}
     return dataclasses.replace(recipe, activation_type="int16", overrides={**recipe.overrides, **widened})
+
+
+# eq. (29b): the measured gain (dB of output SQNR on held-out calibration feeds) for which
+# the per-channel grids of depthwise inputs are kept; below it the file keeps one grid per
+# tensor (ONNX Runtime runs that file faster: it fuses only per-tensor activations)
+PER_CHANNEL_MARGIN_DB = 0.5
+
+
+def depthwise_per_channel(graph: Any, plan: Any, weights_for: dict, recipe: Recipe) -> list[str]:
+    """The tensors whose observers may choose per-channel grids (eq. (29)): the
+    depthwise-only inputs (qdq.depthwise_only_inputs) under method "weighted_mse", all of
+    them with "auto", those the recipe lists with a list (a file's recorded choice)."""
+    setting = recipe.depthwise_input_per_channel
+    if setting == "off" or recipe.method is not CalibrationMethod.WEIGHTED_MSE:
+        return []
+    names = depthwise_only_inputs(graph, plan, weights_for)
+    return names if setting == "auto" else [n for n in names if n in setting]
 
 
 def _keep_first(feeds, kept: list, n: int):

@@ -145,8 +145,13 @@ def test_equalization_wins_back_the_small_channels(tmp_path):
     calib = _feeds(6, 2)
     # the image in 16 bits on both sides: its rounding would hide the activations'
     wide = {"x": {"dtype": "int16"}}
-    quanta.quantize_static(src, plain, calib, overrides=wide, verbose=False)
-    quanta.quantize_static(src, eq, calib, overrides=wide, equalize=True, verbose=False)
+    # per-tensor grids on both sides: one grid per channel of the depthwise input (eq. (29),
+    # tests/quantize/test_depthwise_per_channel.py) wins the small channels back too
+    pt = "off"
+    quanta.quantize_static(src, plain, calib, overrides=wide, depthwise_input_per_channel=pt, verbose=False)
+    quanta.quantize_static(
+        src, eq, calib, overrides=wide, equalize=True, depthwise_input_per_channel=pt, verbose=False
+    )
     held = _feeds(4, 9)
     assert _sqnr(src, eq, held) > _sqnr(src, plain, held) + 1.0  # measured: +1.8 dB
 

@@ -78,7 +78,15 @@ def test_the_depthwise_input_is_clipped_and_the_output_is_closer(tmp_path):
     onnx.save(wide_channel_then_depthwise(), src)
     calib, test = feeds(6, 1), feeds(1, 2)[0]
     quanta.quantize_static(src, tmp_path / "minmax.onnx", calib, method="minmax", verbose=False)
-    quanta.quantize_static(src, tmp_path / "w.onnx", calib, method="weighted_mse", verbose=False)
+    # per tensor: eq. (29)'s per-channel grid is tests/quantize/test_depthwise_per_channel.py
+    quanta.quantize_static(
+        src,
+        tmp_path / "w.onnx",
+        calib,
+        method="weighted_mse",
+        depthwise_input_per_channel="off",
+        verbose=False,
+    )
     mm, w = q_range(tmp_path / "minmax.onnx", "y"), q_range(tmp_path / "w.onnx", "y")
     assert w[1] - w[0] < 0.5 * (mm[1] - mm[0])  # channel 0 is clipped: its weights are tiny
     assert q_range(tmp_path / "w.onnx", "x") != mm  # the graph input feeds a Conv too
