@@ -871,9 +871,17 @@ def quantize_static(
     if channel_choice is not None:
         measured = ", ".join(f"{k} {v:.1f} dB" for k, v in channel_choice.scores.items())
         kept = "per channel" if recipe.depthwise_input_per_channel else "per tensor"
+        # ONNX Runtime fuses no Conv whose input has a per-channel grid: a user who deploys
+        # the file there needs to know it runs those convolutions in float
+        ort = (
+            "; ONNX Runtime runs these depthwise convolutions in float (slower there), "
+            "depthwise_input_per_channel='off' keeps them fused in ONNX Runtime"
+            if recipe.depthwise_input_per_channel
+            else ""
+        )
         summary.notes.append(
             f"depthwise inputs (eq. (29b)): {kept} ({measured or channel_choice.reason}; "
-            f"per channel needs {PER_CHANNEL_MARGIN_DB} dB more)"
+            f"per channel needs {PER_CHANNEL_MARGIN_DB} dB more){ort}"
         )
     summary.pool_bias = pool_bias
     note = file_note(model_output)

@@ -105,7 +105,10 @@ def test_channels_100x_apart_take_per_channel_grids_and_lower_to_integers(tmp_pa
     onnx.save(spread_block(), src)
     calib, test = feeds(8, 1), feeds(4, 2)
     quanta.quantize_static(src, tmp_path / "pt.onnx", calib, depthwise_input_per_channel="off", verbose=False)
-    quanta.quantize_static(src, tmp_path / "pc.onnx", calib, verbose=False)
+    summary = quanta.quantize_static(src, tmp_path / "pc.onnx", calib, verbose=False)
+    # the user deploying with ONNX Runtime is told what the per-channel grid costs there
+    note = next(n for n in summary.notes if n.startswith("depthwise inputs"))
+    assert "per channel" in note and "ONNX Runtime runs these depthwise convolutions in float" in note
     q = q_of(tmp_path / "pc.onnx", "y")
     assert q.axis == 1 and len(q.scale) == C and len(set(q.zero_point)) == 1
     assert max(q.scale) / min(q.scale) > 20.0
