@@ -3,8 +3,9 @@
 // with packs (exact: the values are already in range).
 //
 // The quotient without the division, as in quantize_avx512vnni.cc (the argument is
-// written there): P = f32(x · f32(1 / scale)) rounds like f32(x / scale) unless a lane
-// lies within 2^-11 of a half-integer, and then that vector divides.
+// written in quantize_avx512.h): P = f32(x · f32(1 / scale)) rounds like f32(x / scale)
+// unless a lane lies within the margin of a half-integer (2^-11 for 8-bit storage, 2^-4
+// for 16-bit, whose clamp range reaches ±65535), and then that vector divides.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -16,7 +17,8 @@
 namespace quanta {
 namespace {
 
-constexpr float kTieMargin = 0.5f - 0x1p-11f;
+template <typename T>
+constexpr float kTieMargin = sizeof(T) == 1 ? 0.5f - 0x1p-11f : 0.5f - 0x1p-4f;
 
 template <typename T>
 void run(const float* x, T* y, int64_t n, float scale, int32_t zp) {
@@ -24,7 +26,7 @@ void run(const float* x, T* y, int64_t n, float scale, int32_t zp) {
   const float hi = static_cast<float>(std::numeric_limits<T>::max() - zp);
   const bool fast = scale >= 0x1p-126f && scale <= 0x1p126f;  // R = 1 / scale normal and finite
   const __m256 vs = _mm256_set1_ps(scale), vinv = _mm256_set1_ps(1.0f / scale), vlo = _mm256_set1_ps(lo),
-               vhi = _mm256_set1_ps(hi), margin = _mm256_set1_ps(kTieMargin);
+               vhi = _mm256_set1_ps(hi), margin = _mm256_set1_ps(kTieMargin<T>);
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256i vzp = _mm256_set1_epi32(zp);
   constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
@@ -40,9 +42,15 @@ void run(const float* x, T* y, int64_t n, float scale, int32_t zp) {
     // second operand for a NaN q: NaN -> qmin − zp, as the portable path and ONNX Runtime.
     q = _mm256_min_ps(_mm256_max_ps(q, vlo), vhi);
     const __m256i v = _mm256_add_epi32(_mm256_cvtps_epi32(q), vzp);  // rounds half to even (MXCSR)
-    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));  // in range
-    const __m128i b = std::is_same_v<T, uint8_t> ? _mm_packus_epi16(w, w) : _mm_packs_epi16(w, w);
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(y + i), b);
+    const __m128i v0 = _mm256_castsi256_si128(v), v1 = _mm256_extracti128_si256(v, 1);
+    if constexpr (sizeof(T) == 1) {
+      const __m128i w = _mm_packs_epi32(v0, v1);  // in range
+      const __m128i b = std::is_same_v<T, uint8_t> ? _mm_packus_epi16(w, w) : _mm_packs_epi16(w, w);
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(y + i), b);
+    } else {
+      const __m128i w = std::is_same_v<T, uint16_t> ? _mm_packus_epi32(v0, v1) : _mm_packs_epi32(v0, v1);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), w);
+    }
   }
   for (; i < n; ++i) {
     float r = __builtin_nearbyintf(x[i] / scale);
@@ -59,6 +67,12 @@ void quantize_run_u8_avx2(const float* x, uint8_t* y, int64_t n, float scale, in
 }
 void quantize_run_s8_avx2(const float* x, int8_t* y, int64_t n, float scale, int32_t zp) {
   run<int8_t>(x, y, n, scale, zp);
+}
+void quantize_run_u16_avx2(const float* x, uint16_t* y, int64_t n, float scale, int32_t zp) {
+  run<uint16_t>(x, y, n, scale, zp);
+}
+void quantize_run_s16_avx2(const float* x, int16_t* y, int64_t n, float scale, int32_t zp) {
+  run<int16_t>(x, y, n, scale, zp);
 }
 
 }  // namespace quanta
