@@ -86,6 +86,53 @@ void dw_pairs(const int32_t* const* src, const int32_t* w, int64_t pairs, int64_
   if (i < n) dw_pairs_generic_tail(src, w, pairs, i, n, acc);
 }
 
+// a16w8.h RowKernels::dw_row: float64 FMA chains (exact: every partial sum is an integer
+// below 2^53, a16w8.h), 16 outputs in four chains, then 4 at a time; each sum converts to
+// int64 by the 1.5·2^52 bit trick when |sum| < 2^51 (the float64 1.5·2^52 + sum holds sum
+// in its low mantissa bits), else by the scalar conversion; the tail as dw_row_generic.
+inline void store_sums(int64_t* acc, __m256d v) {
+  const __m256d magic = _mm256_set1_pd(0x1.8p52), abs_mask = _mm256_castsi256_pd(_mm256_set1_epi64x(INT64_MAX));
+  const __m256d big = _mm256_cmp_pd(_mm256_and_pd(v, abs_mask), _mm256_set1_pd(0x1p51), _CMP_NLT_UQ);
+  if (_mm256_movemask_pd(big) == 0) {
+    const __m256i bits = _mm256_castpd_si256(_mm256_add_pd(v, magic));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc), _mm256_sub_epi64(bits, _mm256_castpd_si256(magic)));
+    return;
+  }
+  alignas(32) double d[4];
+  _mm256_store_pd(d, v);
+  for (int j = 0; j < 4; ++j) acc[j] = static_cast<int64_t>(d[j]);
+}
+
+void dw_row(const double* const* src, const double* w, int64_t taps, int64_t n, int64_t* acc) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t t = 0; t < taps; ++t) {
+      const __m256d wv = _mm256_broadcast_sd(w + t);
+      const double* s = src[t] + i;
+      a0 = _mm256_fmadd_pd(_mm256_loadu_pd(s), wv, a0);
+      a1 = _mm256_fmadd_pd(_mm256_loadu_pd(s + 4), wv, a1);
+      a2 = _mm256_fmadd_pd(_mm256_loadu_pd(s + 8), wv, a2);
+      a3 = _mm256_fmadd_pd(_mm256_loadu_pd(s + 12), wv, a3);
+    }
+    store_sums(acc + i, a0);
+    store_sums(acc + i + 4, a1);
+    store_sums(acc + i + 8, a2);
+    store_sums(acc + i + 12, a3);
+  }
+  for (; i + 4 <= n; i += 4) {
+    __m256d a0 = _mm256_setzero_pd();
+    for (int64_t t = 0; t < taps; ++t)
+      a0 = _mm256_fmadd_pd(_mm256_loadu_pd(src[t] + i), _mm256_broadcast_sd(w + t), a0);
+    store_sums(acc + i, a0);
+  }
+  for (; i < n; ++i) {
+    double v = 0.0;
+    for (int64_t t = 0; t < taps; ++t) v += src[t][i] * w[t];
+    acc[i] = static_cast<int64_t>(v);
+  }
+}
+
 // a16w8.h RowKernels::requant, 8 outputs per step; the bytes of requant_row_generic:
 //   v = lo + bias (+ 256·hi) (+ c1·rx) in int64 lanes (c1·rx by vpmuldq, so c1 and every rx
 //   lane of the step must fit int32; the step checks rx), then f32(v) through float64:
@@ -163,6 +210,6 @@ void requant_row(const int64_t* hi, const int64_t* lo, const int64_t* rx, int64_
 
 }  // namespace
 
-const RowKernels kRowsAvx2 = {dw_row_generic, dw_pairs, requant_row};
+const RowKernels kRowsAvx2 = {dw_row, dw_pairs, requant_row};
 }  // namespace a16w8
 }  // namespace quanta
