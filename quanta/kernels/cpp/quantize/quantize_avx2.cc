@@ -4,8 +4,14 @@
 //
 // The quotient without the division, as in quantize_avx512vnni.cc (the argument is
 // written in quantize_avx512.h): P = f32(x · f32(1 / scale)) rounds like f32(x / scale)
-// unless a lane lies within the margin of a half-integer (2^-11 for 8-bit storage, 2^-4
-// for 16-bit, whose clamp range reaches ±65535), and then that vector divides.
+// unless a lane lies within the margin of a half-integer, and then that vector divides.
+// 8-bit storage: the margin 2^-11. 16-bit storage: the margin follows the lane's size,
+// 2^-21·|P|, for |P| < 2^17 (beyond, P and Q clamp to the same end of ±65535, as there):
+// |P − Q| ≤ 3u·|q| < 2^-22·|P| (u = 2^-24), and f32(0.5 − 2^-21·|P|) is at most 2^-26
+// above the exact difference, so a lane with |P − rne(P)| below it has no half-integer
+// between P and Q when |P| ≥ 2^-4 (2^-21·|P| − 2^-26 ≥ 2^-22·|P|), and for smaller |P|
+// the nearest half-integer is ≥ 0.4375 away. A fixed 2^-4 (AVX-512's) sends about two of
+// three 8-lane vectors of 16-bit codes to the divider.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -17,8 +23,7 @@
 namespace quanta {
 namespace {
 
-template <typename T>
-constexpr float kTieMargin = sizeof(T) == 1 ? 0.5f - 0x1p-11f : 0.5f - 0x1p-4f;
+constexpr float kTieMargin8 = 0.5f - 0x1p-11f;
 
 template <typename T>
 void run(const float* x, T* y, int64_t n, float scale, int32_t zp) {
@@ -26,7 +31,7 @@ void run(const float* x, T* y, int64_t n, float scale, int32_t zp) {
   const float hi = static_cast<float>(std::numeric_limits<T>::max() - zp);
   const bool fast = scale >= 0x1p-126f && scale <= 0x1p126f;  // R = 1 / scale normal and finite
   const __m256 vs = _mm256_set1_ps(scale), vinv = _mm256_set1_ps(1.0f / scale), vlo = _mm256_set1_ps(lo),
-               vhi = _mm256_set1_ps(hi), margin = _mm256_set1_ps(kTieMargin<T>);
+               vhi = _mm256_set1_ps(hi), margin = _mm256_set1_ps(kTieMargin8);
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256i vzp = _mm256_set1_epi32(zp);
   constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
@@ -35,7 +40,16 @@ void run(const float* x, T* y, int64_t n, float scale, int32_t zp) {
     const __m256 xv = _mm256_loadu_ps(x + i);
     __m256 q = _mm256_mul_ps(xv, vinv);  // P
     const __m256 dist = _mm256_and_ps(_mm256_sub_ps(q, _mm256_round_ps(q, kRound)), abs_mask);
-    if (!fast || _mm256_movemask_ps(_mm256_cmp_ps(dist, margin, _CMP_GE_OQ)) != 0) {  // near a tie: divide
+    __m256 near;
+    if constexpr (sizeof(T) == 1) {
+      near = _mm256_cmp_ps(dist, margin, _CMP_GE_OQ);
+    } else {  // NaN P: both comparisons false, the lane is safe (as the 8-bit test)
+      const __m256 a = _mm256_and_ps(q, abs_mask);
+      const __m256 lane_margin = _mm256_sub_ps(_mm256_set1_ps(0.5f), _mm256_mul_ps(a, _mm256_set1_ps(0x1p-21f)));
+      near = _mm256_and_ps(_mm256_cmp_ps(dist, lane_margin, _CMP_GE_OQ),
+                           _mm256_cmp_ps(a, _mm256_set1_ps(0x1p17f), _CMP_LT_OQ));
+    }
+    if (!fast || _mm256_movemask_ps(near) != 0) {  // near a tie: divide
       q = _mm256_div_ps(xv, vs);
     }
     // Clamp, then round (integral bounds: the same as rounding first); vmaxps returns its
