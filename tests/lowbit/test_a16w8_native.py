@@ -434,3 +434,83 @@ def test_depthwise_int16_pair_bound_at_its_edge(excess):
             for t in (1, 2)
         ]
     )
+
+
+def test_conv_pixel_sums_beyond_int32():
+    """rx = Σ_k X' past 2^31: 1×1, K = 70001 uint16 channels near 65535 (X' ≈ 32767, so rx ≈ 2.3e9),
+    int8 weights, int16 out. The AVX2 requantization multiplies c1·rx in int32 lanes and must
+    take its scalar step for these pixels (a16w8_avx2.cc); 11 pixels: one 8-output step and a tail."""
+    rng = np.random.default_rng(5)
+    k = 70001
+    x = rng.integers(65500, 65536, (1, k, 1, 11)).astype(np.uint16)
+    x[0, :, 0, 3] = rng.integers(0, 65536, k)  # one pixel with an ordinary sum in the vector step
+    w = _rand(rng, np.int8, (3, k, 1, 1))
+    sw = np.array([0.5, 1.25, 2.0], F32)
+    args = (
+        x,
+        F32(0.001),
+        np.uint16(30000),
+        w,
+        sw,
+        np.array([-7, 0, 90], np.int8),
+        F32(400.0),
+        np.int16(-3),
+        None,
+    )
+    want = qlinear_conv16(*args)
+    assert len(np.unique(want)) > 6
+    every_isa(lambda isa: np.testing.assert_array_equal(_native_conv(*args, 1), want, err_msg=isa))
+
+
+@pytest.mark.parametrize("y_dt", OUT)
+def test_conv_accumulators_beyond_float64_fast_conversion(y_dt):
+    """|v| ≥ 2^51 after the int64 bias: the AVX2 requantization converts int64 -> float32 through
+    float64 only below 2^51 (a16w8_avx2.cc) and takes the scalar step otherwise. An int64 bias
+    (the binding's type) of ±2^51 ± small on some channels, small on the others; every ISA gives
+    the portable bytes, which the twin fixes elsewhere (test_conv_hypothesis)."""
+    rng = np.random.default_rng(8)
+    x = _rand(rng, np.int16, (1, 7, 5, 6))
+    w = _rand(rng, np.int8, (17, 7, 3, 3))
+    span = float(np.iinfo(y_dt).max) - float(np.iinfo(y_dt).min)
+    mult = (rng.uniform(0.05, 0.45, 17) * span / 2.0**51).astype(F32)  # ±2^51 lands inside the output range
+    bias = rng.integers(-(2**20), 2**20, 17).astype(np.int64)
+    bias[::3] += np.int64(2**51)
+    bias[1::5] -= np.int64(2**51) + 3
+    bias[2] = 2**51 - 40  # crosses 2^51 within one 8-output step
+    from quanta.kernels.reference.conv_geometry import conv_attrs
+    from quanta.targets.native import a16w8 as binder
+
+    wk = (w.astype(np.int64)).reshape(1, 17, 63).transpose(0, 2, 1)
+    packed = np.stack([binder.pack_rows(wk[0], False)])
+    zw = _rand(rng, np.int8, (17,))
+    dw, cw = weight_terms(wk[0], w.dtype, zw, 17)
+    g = conv_attrs(x.shape, [3, 3], pads=[1, 1, 1, 1])
+
+    def run():
+        return _native.a16w8_conv2d(
+            x,
+            11,
+            packed,
+            17,
+            g.kernel_shape,
+            g.strides,
+            g.dilations,
+            (g.pads[0], g.pads[1]),
+            g.out_shape,
+            1,
+            dw,
+            cw,
+            bias,
+            mult,
+            int(y_dt(5)),
+            _SHORT[np.dtype(y_dt)],
+            num_threads=1,
+        )
+
+    try:
+        _native.set_isa("portable")
+        want = run()
+    finally:
+        _native.clear_isa()
+    assert len(np.unique(want)) > 6
+    every_isa(lambda isa: np.testing.assert_array_equal(run(), want, err_msg=isa))

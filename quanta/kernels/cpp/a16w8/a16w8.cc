@@ -257,12 +257,17 @@ void conv2d(const void* x, Elem x_elem, int64_t zx, const ConvGeom& g, const Pac
   const int64_t pixel_blocks = (P + kNR - 1) / kNR;
   const int64_t jobs = g.batch * g.group * pixel_blocks;
   if (jobs <= 0 || mg <= 0) return;
-  auto body = [&](int64_t job, int) {
+  // one panel per thread, sized once per call: fill_panel writes every entry, and a
+  // per-job allocation (with its zero fill) cost as much as filling the panel
+  const int nthreads = threads < 1 ? 1 : threads;
+  std::vector<std::vector<int16_t>> panels(static_cast<size_t>(nthreads));
+  auto body = [&](int64_t job, int thread) {
     const int64_t img = job / (g.group * pixel_blocks), rest = job % (g.group * pixel_blocks);
     const int64_t grp = rest / pixel_blocks, p0 = (rest % pixel_blocks) * kNR;
     const int np = static_cast<int>(P - p0 < kNR ? P - p0 : kNR);
     const int64_t x_base = (img * g.c + grp * cg) * g.h * g.w;
-    std::vector<int16_t> panel(static_cast<size_t>(2 * k2 * 32));
+    std::vector<int16_t>& panel = panels[static_cast<size_t>(thread)];
+    panel.resize(static_cast<size_t>(2 * k2 * 32));
     int64_t rx[kNR], tile[2][kMR * kNR];
     switch (x_elem) {
       case Elem::kU8:

@@ -54,7 +54,10 @@ enum class Elem : int { kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3 };
 //            order, with or without fused multiply-add), and acc is the exact int64
 //   requant: y[y0 + i] = eq. (A4) of v[i] = 256·hi[i] + lo[i] + c1·rx[i] + bias, i < n,
 //            with multiplier m and zero point zy (hi, rx may be null: the term is 0);
-//            |v| < 2^63 (the exact sums of eq. (A3))
+//            |v| < 2^63 (the exact sums of eq. (A3)). AVX2 runs 8 outputs per step when
+//            c1 and the step's rx fit int32 (vpmuldq) and its |v| < 2^51 (int64 -> float64
+//            exactly by the 1.5·2^52 bit trick, then one rounding to float32), else the
+//            scalar loop: the same bytes either way
 //   dw_pairs: acc[i] = Σ_{t < pairs} lo(src[t][i])·lo(w[t]) + hi(src[t][i])·hi(w[t]), i < n:
 //            each int32 of src and w holds two int16 (lo: bits 0-15, hi: 16-31), the
 //            operands of two taps; the products and every partial sum are exact int32

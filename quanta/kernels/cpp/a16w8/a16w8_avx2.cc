@@ -2,6 +2,10 @@
 // at a time (8 ymm accumulators), flushed to int64 every kKcPairs pair steps (a16w8.h).
 #include <immintrin.h>
 
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
 #include "a16w8/a16w8.h"
 #include "a16w8/rows.h"
 
@@ -82,8 +86,130 @@ void dw_pairs(const int32_t* const* src, const int32_t* w, int64_t pairs, int64_
   if (i < n) dw_pairs_generic_tail(src, w, pairs, i, n, acc);
 }
 
+// a16w8.h RowKernels::dw_row: float64 FMA chains (exact: every partial sum is an integer
+// below 2^53, a16w8.h), 16 outputs in four chains, then 4 at a time; each sum converts to
+// int64 by the 1.5·2^52 bit trick when |sum| < 2^51 (the float64 1.5·2^52 + sum holds sum
+// in its low mantissa bits), else by the scalar conversion; the tail as dw_row_generic.
+inline void store_sums(int64_t* acc, __m256d v) {
+  const __m256d magic = _mm256_set1_pd(0x1.8p52), abs_mask = _mm256_castsi256_pd(_mm256_set1_epi64x(INT64_MAX));
+  const __m256d big = _mm256_cmp_pd(_mm256_and_pd(v, abs_mask), _mm256_set1_pd(0x1p51), _CMP_NLT_UQ);
+  if (_mm256_movemask_pd(big) == 0) {
+    const __m256i bits = _mm256_castpd_si256(_mm256_add_pd(v, magic));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc), _mm256_sub_epi64(bits, _mm256_castpd_si256(magic)));
+    return;
+  }
+  alignas(32) double d[4];
+  _mm256_store_pd(d, v);
+  for (int j = 0; j < 4; ++j) acc[j] = static_cast<int64_t>(d[j]);
+}
+
+void dw_row(const double* const* src, const double* w, int64_t taps, int64_t n, int64_t* acc) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t t = 0; t < taps; ++t) {
+      const __m256d wv = _mm256_broadcast_sd(w + t);
+      const double* s = src[t] + i;
+      a0 = _mm256_fmadd_pd(_mm256_loadu_pd(s), wv, a0);
+      a1 = _mm256_fmadd_pd(_mm256_loadu_pd(s + 4), wv, a1);
+      a2 = _mm256_fmadd_pd(_mm256_loadu_pd(s + 8), wv, a2);
+      a3 = _mm256_fmadd_pd(_mm256_loadu_pd(s + 12), wv, a3);
+    }
+    store_sums(acc + i, a0);
+    store_sums(acc + i + 4, a1);
+    store_sums(acc + i + 8, a2);
+    store_sums(acc + i + 12, a3);
+  }
+  for (; i + 4 <= n; i += 4) {
+    __m256d a0 = _mm256_setzero_pd();
+    for (int64_t t = 0; t < taps; ++t)
+      a0 = _mm256_fmadd_pd(_mm256_loadu_pd(src[t] + i), _mm256_broadcast_sd(w + t), a0);
+    store_sums(acc + i, a0);
+  }
+  for (; i < n; ++i) {
+    double v = 0.0;
+    for (int64_t t = 0; t < taps; ++t) v += src[t][i] * w[t];
+    acc[i] = static_cast<int64_t>(v);
+  }
+}
+
+// a16w8.h RowKernels::requant, 8 outputs per step; the bytes of requant_row_generic:
+//   v = lo + bias (+ 256·hi) (+ c1·rx) in int64 lanes (c1·rx by vpmuldq, so c1 and every rx
+//   lane of the step must fit int32; the step checks rx), then f32(v) through float64:
+//   v + 1.5·2^52 added to the bit pattern is the float64 1.5·2^52 + v exactly when
+//   |v| < 2^51 (the step checks it), so subtracting 1.5·2^52 gives v exactly and vcvtpd2ps
+//   rounds it once to float32, as the scalar int64 -> float32 conversion does; then
+//   · m in float32, clamp (vmaxps returns its second operand for NaN: NaN -> lo), round
+//   half to even (vcvtps2dq, MXCSR; |v| ≤ 65536 so equal to round_even), + zy, narrow with
+//   packs (exact: in range). A step that fails a check takes the scalar loop.
+template <typename T>
+void requant_row_t(const int64_t* hi, const int64_t* lo, const int64_t* rx, int64_t c1, int64_t bias, float m,
+                   int64_t zy, Elem out, void* y, int64_t y0, int64_t n) {
+  constexpr int64_t qmin = std::numeric_limits<T>::min(), qmax = std::numeric_limits<T>::max();
+  const __m256 vm = _mm256_set1_ps(m), vlo = _mm256_set1_ps(static_cast<float>(qmin - zy)),
+               vhi = _mm256_set1_ps(static_cast<float>(qmax - zy));
+  const __m256i vzy = _mm256_set1_epi32(static_cast<int32_t>(zy));
+  const __m256i vbias = _mm256_set1_epi64x(bias), vc1 = _mm256_set1_epi64x(c1);
+  const __m256i vmagic = _mm256_set1_epi64x(0x4338000000000000), vhalf = _mm256_set1_epi64x(int64_t{1} << 51);
+  const __m256d dmagic = _mm256_castsi256_pd(vmagic);
+  const bool rx_vec = rx == nullptr || (c1 >= INT32_MIN && c1 <= INT32_MAX);
+  auto lanes = [&](int64_t i, __m128* f) {  // 4 outputs from i: false when a check fails
+    const auto* l = reinterpret_cast<const __m256i*>(lo + i);
+    __m256i v = _mm256_add_epi64(_mm256_loadu_si256(l), vbias);
+    if (hi) v = _mm256_add_epi64(v, _mm256_slli_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi + i)), 8));
+    if (rx) {
+      const __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rx + i));
+      // every lane's high half is the sign of its low half: the lane fits int32
+      const __m256i sign = _mm256_shuffle_epi32(_mm256_srai_epi32(r, 31), 0xA0);
+      constexpr unsigned kHighHalves = 0xF0F0F0F0u;  // the bytes of the odd int32 lanes
+      const auto eq = static_cast<unsigned>(_mm256_movemask_epi8(_mm256_cmpeq_epi32(r, sign)));
+      if ((eq & kHighHalves) != kHighHalves) return false;
+      v = _mm256_add_epi64(v, _mm256_mul_epi32(r, vc1));
+    }
+    if (!_mm256_testz_si256(_mm256_srli_epi64(_mm256_add_epi64(v, vhalf), 52), _mm256_set1_epi64x(-1))) return false;
+    const __m256d d = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_add_epi64(v, vmagic)), dmagic);
+    *f = _mm256_cvtpd_ps(d);
+    return true;
+  };
+  T* out_p = static_cast<T*>(y) + y0;
+  int64_t i = 0;
+  if (rx_vec) {
+    for (; i + 8 <= n; i += 8) {
+      __m128 f0, f1;
+      if (!lanes(i, &f0) || !lanes(i + 4, &f1)) {
+        requant_row_generic(hi ? hi + i : nullptr, lo + i, rx ? rx + i : nullptr, c1, bias, m, zy, out, y, y0 + i, 8);
+        continue;
+      }
+      __m256 f = _mm256_mul_ps(_mm256_set_m128(f1, f0), vm);
+      f = _mm256_min_ps(_mm256_max_ps(f, vlo), vhi);
+      const __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(f), vzy);
+      const __m128i q0 = _mm256_castsi256_si128(q), q1 = _mm256_extracti128_si256(q, 1);
+      if constexpr (sizeof(T) == 2) {
+        const __m128i w = std::is_same_v<T, uint16_t> ? _mm_packus_epi32(q0, q1) : _mm_packs_epi32(q0, q1);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out_p + i), w);
+      } else {
+        const __m128i w = _mm_packs_epi32(q0, q1);
+        const __m128i b = std::is_same_v<T, uint8_t> ? _mm_packus_epi16(w, w) : _mm_packs_epi16(w, w);
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(out_p + i), b);
+      }
+    }
+  }
+  if (i < n)
+    requant_row_generic(hi ? hi + i : nullptr, lo + i, rx ? rx + i : nullptr, c1, bias, m, zy, out, y, y0 + i, n - i);
+}
+
+void requant_row(const int64_t* hi, const int64_t* lo, const int64_t* rx, int64_t c1, int64_t bias, float m, int64_t zy,
+                 Elem out, void* y, int64_t y0, int64_t n) {
+  switch (out) {
+    case Elem::kU8: return requant_row_t<uint8_t>(hi, lo, rx, c1, bias, m, zy, out, y, y0, n);
+    case Elem::kI8: return requant_row_t<int8_t>(hi, lo, rx, c1, bias, m, zy, out, y, y0, n);
+    case Elem::kU16: return requant_row_t<uint16_t>(hi, lo, rx, c1, bias, m, zy, out, y, y0, n);
+    default: return requant_row_t<int16_t>(hi, lo, rx, c1, bias, m, zy, out, y, y0, n);
+  }
+}
+
 }  // namespace
 
-const RowKernels kRowsAvx2 = {dw_row_generic, dw_pairs, requant_row_generic};
+const RowKernels kRowsAvx2 = {dw_row, dw_pairs, requant_row};
 }  // namespace a16w8
 }  // namespace quanta

@@ -29,9 +29,17 @@ RunFn<T> select_run(Isa isa) {
       default: return quantize_run_s8_portable;
     }
   } else if constexpr (std::is_same_v<T, uint16_t>) {
-    return isa == Isa::kAvx512Vnni ? quantize_run_u16_avx512vnni : quantize_run_u16_portable;
+    switch (isa) {
+      case Isa::kAvx512Vnni: return quantize_run_u16_avx512vnni;
+      case Isa::kAvx2: return quantize_run_u16_avx2;
+      default: return quantize_run_u16_portable;
+    }
   } else {
-    return isa == Isa::kAvx512Vnni ? quantize_run_s16_avx512vnni : quantize_run_s16_portable;
+    switch (isa) {
+      case Isa::kAvx512Vnni: return quantize_run_s16_avx512vnni;
+      case Isa::kAvx2: return quantize_run_s16_avx2;
+      default: return quantize_run_s16_portable;
+    }
   }
 }
 }  // namespace

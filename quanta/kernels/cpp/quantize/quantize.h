@@ -35,11 +35,13 @@ void quantize_linear(const float* x, T* y, const QuantizeParams& p, Isa isa, int
 // ISA variants (one file each); signature: contiguous run of n values with one scale/zp.
 void quantize_run_u8_portable(const float* x, uint8_t* y, int64_t n, float scale, int32_t zp);
 void quantize_run_s8_portable(const float* x, int8_t* y, int64_t n, float scale, int32_t zp);
-// 16-bit storage (ORT's QUInt16 / QInt16 activations): AVX-512 or the portable loop.
+// 16-bit storage (ORT's QUInt16 / QInt16 activations).
 void quantize_run_u16_portable(const float* x, uint16_t* y, int64_t n, float scale, int32_t zp);
 void quantize_run_s16_portable(const float* x, int16_t* y, int64_t n, float scale, int32_t zp);
 void quantize_run_u8_avx2(const float* x, uint8_t* y, int64_t n, float scale, int32_t zp);
 void quantize_run_s8_avx2(const float* x, int8_t* y, int64_t n, float scale, int32_t zp);
+void quantize_run_u16_avx2(const float* x, uint16_t* y, int64_t n, float scale, int32_t zp);
+void quantize_run_s16_avx2(const float* x, int16_t* y, int64_t n, float scale, int32_t zp);
 void quantize_run_u8_avx512vnni(const float* x, uint8_t* y, int64_t n, float scale, int32_t zp);
 void quantize_run_s8_avx512vnni(const float* x, int8_t* y, int64_t n, float scale, int32_t zp);
 void quantize_run_u16_avx512vnni(const float* x, uint16_t* y, int64_t n, float scale, int32_t zp);
