@@ -246,10 +246,10 @@ class InferenceSession:
             )
             # by name also the Conv groups ORT fuses, as its u8·s8 kernels compute them on
             # this CPU (pairs of products saturate without VNNI: reference/mlas_qconv.py)
-            from quanta.kernels.reference.mlas_qconv import ort_u8s8_saturates
             from quanta.passes.rules.ort_integer_resize import OrtIntegerResize
+            from quanta.quantize.ort_saturation import onnxruntime_int8_saturates
 
-            saturates = self._options.float_functions == "ort" and ort_u8s8_saturates()
+            saturates = self._options.float_functions == "ort" and onnxruntime_int8_saturates()
             PassManager(
                 [OrtFloatFunctions(threads=threads, u8s8_saturates=saturates), OrtIntegerResize()]
             ).run(model)

@@ -29,38 +29,18 @@ where ORT's kernels do not saturate (the session asks for this op only where the
 
 from __future__ import annotations
 
-import functools
-import platform
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
 from quanta.kernels.reference.conv_geometry import conv_attrs, im2col
 from quanta.kernels.reference.registry import OpContext, OpError, register
 
-__all__ = ["mlas_qlinear_conv", "mlas_qlinear_conv_op", "ort_u8s8_saturates", "saturation_correction"]
+__all__ = ["mlas_qlinear_conv", "mlas_qlinear_conv_op", "saturation_correction"]
 
 QUANTA_DOMAIN = "quanta"
 
 I16_MIN, I16_MAX = -32768, 32767
-
-
-@functools.cache
-def ort_u8s8_saturates() -> bool:
-    """Whether ONNX Runtime's u8·s8 kernels saturate pairs on this CPU: x86-64 without
-    AVX-VNNI and AVX512-VNNI (their ``vpdpbusd`` sums four products into int32 exactly).
-    The flags come from /proc/cpuinfo; where it cannot be read, False (no emulation)."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return False
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    flags = next(
-        (line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []
-    )
-    return "avx2" in flags and "avx_vnni" not in flags and "avx512_vnni" not in flags
 
 
 #: candidate (row, pair) entries formed at once (each a row of F products)

@@ -13,13 +13,14 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from quanta.ir.onnx_io import load
-from quanta.kernels.reference.mlas_qconv import mlas_qlinear_conv, mlas_qlinear_conv_op, ort_u8s8_saturates
+from quanta.kernels.reference.mlas_qconv import mlas_qlinear_conv, mlas_qlinear_conv_op
 from quanta.passes.rules.ort_float_functions import OrtFloatFunctions
+from quanta.quantize.ort_saturation import onnxruntime_int8_saturates
 from quanta.session import InferenceSession, SessionOptions
 from tests.passes.helpers import run_passes
 
 needs_saturating_cpu = pytest.mark.skipif(
-    not ort_u8s8_saturates(), reason="ONNX Runtime's u8·s8 kernels saturate only on x86 without VNNI"
+    not onnxruntime_int8_saturates(), reason="ONNX Runtime's u8·s8 kernels saturate only on x86 without VNNI"
 )
 
 GEOMETRIES = [  # C, F, kernel, stride, pad
