@@ -202,8 +202,8 @@ class WeightedMSEObserver(MSEObserver):
                 down = np.where(zs[:, None] > qmin, -lo[None, :] / (zs[:, None] - qmin), 0.0)
                 up = np.where(zs[:, None] < qmax, hi[None, :] / (qmax - zs[:, None]), 0.0)
             steps = np.maximum(down, up)  # [Z, C]
-            z = zs[int(np.argmin((steps**2) @ (g * n)))]
-            s = steps[int(np.flatnonzero(zs == z)[0])]
+            best = int(np.argmin((steps**2) @ (g * n)))
+            z, s = zs[best], steps[best]
             lo_c, hi_c = (qmin - z) * s, (qmax - z) * s
         if not (s > 0).all():
             return None
