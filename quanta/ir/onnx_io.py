@@ -134,7 +134,8 @@ def _load_proto(
         with open(path, "rb") as f:
             proto = _parse(f.read(), path)
         base = os.path.dirname(os.path.abspath(path))
-        if proto.ByteSize() + _external_bytes(proto, base) >= PROTO_LIMIT:
+        # the file's size is the proto's (ByteSize serializes the message to count it)
+        if os.path.getsize(path) + _external_bytes(proto, base) >= PROTO_LIMIT:
             # Over protobuf's 2 GB with its data: the checker reads the file (external
             # data stays on disk) and shapes are inferred before the data is loaded
             _check_structure(proto.graph, where)
@@ -1523,9 +1524,12 @@ def save(
         external_data = (
             any(source_uses_external_data(p) for p in guarded) or _tensor_bytes(proto.graph) >= PROTO_LIMIT
         )
-    if check and proto.ByteSize() < PROTO_LIMIT:
+    # the bytes written are serialized once and checked as they are (each serialization
+    # of a large model takes a while: ~0.5 s for 84 MB of weights)
+    data = None if external_data else proto.SerializeToString(deterministic=True)
+    if check and (len(data) if data is not None else proto.ByteSize()) < PROTO_LIMIT:
         try:
-            onnx.checker.check_model(proto)
+            onnx.checker.check_model(data if data is not None else proto)
         except onnx.checker.ValidationError as e:
             first = str(e).strip().splitlines()[0]
             raise GraphError(f"{dest}: refusing to write an invalid model: {first}") from None
@@ -1546,7 +1550,8 @@ def save(
             data_tmp = None
         else:
             proto = proto_out
-    data = proto.SerializeToString(deterministic=True)
+        data = proto.SerializeToString(deterministic=True)
+    assert data is not None  # serialized above on either branch
     if len(data) > PROTO_LIMIT:
         raise ValueError(f"{dest}: the graph without its tensors is still over 2 GB")
     try:

@@ -125,3 +125,31 @@ def test_eliminate_common_skips_random_ops_and_graph_outputs():
     model = load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]))
     assert not run_passes(model, [EliminateCommon()]).modified
     assert len(model.graph.nodes) == 4
+
+
+def test_constants_equal_only_off_the_fingerprints_sample_are_compared_whole():
+    """Constants of one dtype and shape whose sampled elements agree: those equal bit for
+    bit merge (a NaN payload included), one that differs in a single unsampled element
+    stays, and a later copy of it merges into it, not into the first."""
+    from quanta.ir.graph import Graph, Node, Value
+    from quanta.passes.rules.eliminate_common import _SAMPLE
+
+    n = 3 * _SAMPLE + 7  # the sample reads every third element
+    base = np.random.default_rng(3).standard_normal(n).astype(np.float32)
+    base[5] = np.frombuffer(np.uint32(0x7FC00123).tobytes(), np.float32)[0]  # a NaN with a payload
+    off = base.copy()
+    off[1] += 1.0  # element 1 is not in the sample
+    consts = {"c0": base, "c1": base.copy(), "c2": off, "c3": off.copy()}
+    g = Graph(name="g")
+    x = g.add_input("x", None)
+    outs = []
+    for name, arr in consts.items():
+        c = g.add_initializer(name, arr)
+        y = Value(f"y_{name}", None)
+        g.add_node(Node("Add", [x, c], [y], name=f"add_{name}"))
+        outs.append(y)
+    g.set_outputs(outs)
+    assert EliminateCommon._merge_constants(g) == 2
+    assert sorted(g.initializers) == ["c0", "c2"]
+    readers = {n.name: n.inputs[1].name for n in g.nodes}
+    assert readers == {"add_c0": "c0", "add_c1": "c0", "add_c2": "c2", "add_c3": "c2"}
