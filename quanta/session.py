@@ -187,6 +187,10 @@ class InferenceSession:
         self._model: Model = load(model)
         self._backend = backend
         self._plan: Plan = self._compile(self._model)
+        #: overridable initializers the compiled plan no longer reads (folded into the
+        #: weights): their defaults are dropped here and read again from the source by
+        #: the first run that overrides one (_overriding_executor)
+        self._released_defaults = release_unread_defaults(self._model)
         self._profiler: Profiler | None = None
         if self._options.enable_profiling:
             self._profiler = Profiler(self._plan, start_ns=t0)
@@ -200,14 +204,20 @@ class InferenceSession:
         # As ONNX Runtime: an input that also has an initializer is an overridable
         # initializer, not listed by get_inputs() and not required in the feeds.
         self._inputs = [
-            NodeArg(v.name, _ort_shape(v.type), _ort_type(v.type)) for v in g.inputs if v.const is None
+            NodeArg(v.name, _ort_shape(v.type), _ort_type(v.type))
+            for v in g.inputs
+            if v.const is None and v.name not in self._released_defaults
         ]
         self._outputs = [NodeArg(v.name, _ort_shape(v.type), _ort_type(v.type)) for v in g.outputs]
         self._input_types = {v.name: v.type for v in g.inputs}  # overridable initializers too
         # An input that also has an initializer is optional (the initializer is its default).
         self._defaults = {v.name: v.const for v in g.inputs if v.const is not None}
-        #: compiled on the first run that feeds one of ``_defaults`` (_overriding_executor)
+        #: every overridable initializer, released or not
+        self._default_names = frozenset(self._defaults) | frozenset(self._released_defaults)
+        #: compiled on the first run that feeds one of ``_default_names`` (_overriding_executor)
         self._override_exe: Executor | HeteroExecutor | None = None
+        #: the released defaults, read from the source with ``_override_exe``
+        self._override_defaults: dict[str, np.ndarray] = {}
         # what _validate checks per input, decided once: (dtype or None, rank or None,
         # the fixed dimensions as (axis, size))
         self._checks: dict[str, tuple[np.dtype | None, int | None, tuple[tuple[int, int], ...]]] = {}
@@ -223,7 +233,7 @@ class InferenceSession:
             )
             self._checks[name] = (_numpy_dtype(t), None if shape is None else len(shape), fixed)
         self._output_names = [o.name for o in self._outputs]
-        self._required = [a.name for a in self._inputs if a.name not in self._defaults]
+        self._required = [a.name for a in self._inputs if a.name not in self._default_names]
         if self._tune_pending:
             feeds = self._static_feeds()
             if feeds is not None:  # else the first run's feeds give the shapes
@@ -397,8 +407,9 @@ class InferenceSession:
                 if n not in known:
                     raise InvalidArgument(f"unknown output '{n}'; the model's outputs are: {sorted(known)}")
         feeds = self._validate(input_feed)
-        if self._defaults and not self._defaults.keys().isdisjoint(input_feed):
-            outs = self._overriding_executor().run(feeds, names)
+        if self._default_names and not self._default_names.isdisjoint(input_feed):
+            exe = self._overriding_executor()
+            outs = exe.run({**self._override_defaults, **feeds}, names)
         else:
             if self._tune_pending:
                 self._tune(feeds)
@@ -419,6 +430,8 @@ class InferenceSession:
         if self._override_exe is None:
             model = load(self._source)
             for v in model.graph.inputs:
+                if v.name in self._released_defaults and v.const is not None:
+                    self._override_defaults[v.name] = v.const
                 v.const = None
             self._override_exe = self._executor_of(self._compile(model), self._device)
         return self._override_exe
@@ -510,6 +523,23 @@ class InferenceSession:
         for name, default in self._defaults.items():
             feeds.setdefault(name, default)
         return feeds
+
+
+def release_unread_defaults(model: Model) -> frozenset[str]:
+    """Drop the default of every graph input of ``model`` (compiled) that also has an
+    initializer but that no node and no graph output reads any more, and return their
+    names. An IR < 4 export lists every weight as such an input; once BatchNormalization
+    is folded into the weights the plan reads the folded copies, and the session would
+    otherwise hold each weight twice (SFace: 126 -> 74 MB held, ONNX Runtime 73)."""
+    g = model.graph
+    read = {id(v) for n in g.nodes for v in n.inputs if v is not None}
+    read.update(id(v) for v in g.outputs)
+    released = []
+    for v in g.inputs:
+        if v.const is not None and id(v) not in read:
+            v.const = None
+            released.append(v.name)
+    return frozenset(released)
 
 
 def resolve_threads(intra_op_num_threads: int) -> int:

@@ -192,6 +192,9 @@ def test_a_fed_overridable_initializer_is_what_the_run_computes_with(backend):
     x = np.random.default_rng(5).standard_normal((1, 3, 9, 11)).astype(np.float32)
     folded = [s.op_type for s in sess.plan.steps]
     assert "Mul" not in folded and "Add" not in folded, folded  # g and b went into the Conv
+    # the folded-away defaults are not held twice: the runs that override read the source
+    held = {v.name for v in sess.plan.model.graph.inputs if v.const is not None}
+    assert {"g", "b"}.isdisjoint(held), held
     overrides = [
         {},
         {"w": weights["w"][::-1].copy()},
