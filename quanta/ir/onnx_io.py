@@ -117,12 +117,19 @@ def _load_proto(
     written was left (node name -> reason; ``Model.load_notes``)."""
     path: str | None = None
     left: list[tuple[str, str, str]] = []
+    # the serialized model as given passed onnx.checker: the canonicalizations below
+    # (tested rewrites) need no second check of the whole proto, whose serialization
+    # doubles the load's peak memory and takes ~0.5 s on an 84 MB model
+    checked = False
     if isinstance(model, onnx.ModelProto):
         proto = onnx.ModelProto()
         proto.CopyFrom(model)
         where = "model"
     elif isinstance(model, (bytes, bytearray, memoryview)):
-        proto = _parse(bytes(model), "model bytes")
+        raw = bytes(model)
+        checked = _passes_checker(raw)
+        proto = _parse(raw, "model bytes")
+        del raw
         where = "model bytes"
     elif isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
@@ -132,7 +139,10 @@ def _load_proto(
         if os.path.isdir(path):
             raise ModelLoadError(f"{path}: is a folder, expected an .onnx file")
         with open(path, "rb") as f:
-            proto = _parse(f.read(), path)
+            raw = f.read()
+        checked = _passes_checker(raw)  # before the parse: the file's bytes and a proto, not three copies
+        proto = _parse(raw, path)
+        del raw
         base = os.path.dirname(os.path.abspath(path))
         # the file's size is the proto's (ByteSize serializes the message to count it)
         if os.path.getsize(path) + _external_bytes(proto, base) >= PROTO_LIMIT:
@@ -145,6 +155,8 @@ def _load_proto(
             reinfer_declared_shapes(proto)
             _load_external_data(proto, base, path)
             return proto, path, _notes(left)
+        # the checker reads the sizes of tensors only once their data is in the proto
+        checked = checked and not _uses_external_data(proto)
         _load_external_data(proto, base, path)
     else:
         raise TypeError(f"expected a path, bytes or onnx.ModelProto, got {type(model).__name__}")
@@ -161,7 +173,10 @@ def _load_proto(
     left += decompose_quark_ops(proto)
     # ONNX's Attention, RMSNormalization, RotaryEmbedding, as their function bodies
     expand_function_ops(proto)
-    _check(proto, where)
+    if checked:
+        _sort(proto)
+    else:
+        _check(proto, where)
     reinfer_declared_shapes(proto)
     return proto, path, _notes(left)
 
@@ -409,10 +424,24 @@ def _sorted_copy(graph: onnx.GraphProto) -> onnx.GraphProto:
     return g
 
 
-def _check(proto: onnx.ModelProto, where: str) -> None:
+def _passes_checker(data: bytes) -> bool:
+    """Whether ``onnx.checker`` accepts the serialized model ``data`` as it is (a model
+    it refuses is checked again after the canonicalizations, which report the error)."""
+    try:
+        onnx.checker.check_model(data)
+    except Exception:  # ValidationError, ValueError (opset, size), C++ errors
+        return False
+    return True
+
+
+def _sort(proto: onnx.ModelProto) -> None:
     sorted_graph = _sorted_copy(proto.graph)
     if sorted_graph is not proto.graph:
         proto.graph.CopyFrom(sorted_graph)
+
+
+def _check(proto: onnx.ModelProto, where: str) -> None:
+    _sort(proto)
     try:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as e:
