@@ -191,6 +191,11 @@ class InferenceSession:
         #: weights): their defaults are dropped here and read again from the source by
         #: the first run that overrides one (_overriding_executor)
         self._released_defaults = release_unread_defaults(self._model)
+        if self._plan.passes is not None:
+            # why each rule did not fire where it was tried: `quanta inspect --why-not`
+            # runs the passes again to show it; a session would hold ~10 MB of these
+            # strings on a CNN + LSTM of 200 nodes
+            self._plan.passes.no_matches = []
         self._profiler: Profiler | None = None
         if self._options.enable_profiling:
             self._profiler = Profiler(self._plan, start_ns=t0)

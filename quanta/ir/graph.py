@@ -14,6 +14,7 @@ A graph remembers the types its outputs promised when it was built or loaded
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -76,6 +77,21 @@ class Value:
 
     def __repr__(self) -> str:
         return f"Value({self.name!r}, {self.type})"
+
+
+#: elements of a constant that :func:`const_fingerprint` reads (evenly spaced)
+FINGERPRINT_SAMPLE = 257
+
+
+def const_fingerprint(arr: np.ndarray) -> bytes:
+    """A digest of up to FINGERPRINT_SAMPLE evenly spaced elements of ``arr``: equal arrays
+    have equal fingerprints; arrays that differ mostly differ in the sample (a cheap
+    first comparison of large constants before their bytes)."""
+    flat = np.ascontiguousarray(arr).reshape(-1)
+    step = max(1, flat.size // FINGERPRINT_SAMPLE)
+    sample = flat[::step]
+    raw = repr(sample.tolist()).encode() if arr.dtype.hasobject else sample.tobytes()
+    return hashlib.sha1(raw).digest()
 
 
 class Node:

@@ -303,6 +303,39 @@ def test_qlinear_matmul_constant_b_prepacked_once_and_shared_by_the_batch() -> N
     check_native("QLinearMatMul", "", case)
 
 
+def test_steps_reading_one_constant_share_its_packing() -> None:
+    """Hazard: an LSTM unrolled into integer ops (ORT's QDQ files) reads each weight at
+    every time step, and each step packing its own copy held 20 copies of every weight.
+    The binder packs a constant once for every step that reads it; another zero point,
+    or the constant changed in place, packs again."""
+    rng = np.random.default_rng(23)
+    b = q8(rng, I8, (259, 17))
+
+    def case(zb: np.ndarray) -> list[Operand]:
+        return [
+            Operand(q8(rng, U8, (5, 259)), const=False),
+            Operand(np.asarray(0.02, F32)),
+            Operand(np.asarray(131, np.uint8)),
+            Operand(b),
+            Operand(rng.uniform(0.002, 0.02, 17).astype(F32)),
+            Operand(zb),
+            Operand(np.asarray(0.9, F32)),
+            Operand(np.asarray(-5, np.int8)),
+        ]
+
+    zb = nonzero_zero_point(rng, I8, (17,))
+    first, _ = bind("QLinearMatMul", "", case(zb))
+    again, _ = bind("QLinearMatMul", "", case(zb))
+    assert again.params["packed"] is first.params["packed"]
+    other, _ = bind("QLinearMatMul", "", case(zb + np.int8(1)))
+    assert other.params["packed"] is not first.params["packed"]
+    b[0] = np.where(b[0] == 127, -128, b[0] + 1).astype(I8)  # in place
+    changed = case(zb)
+    rebound, _ = bind("QLinearMatMul", "", changed)
+    assert rebound.params["packed"] is not first.params["packed"]
+    check_native("QLinearMatMul", "", changed)
+
+
 def test_qlinear_matmul_saturates_at_both_ends() -> None:
     """Hazard: requantization that wraps instead of saturating. sy tiny: every output at
     qmin or qmax; the clamp happens in float32 before the round (requant.py)."""

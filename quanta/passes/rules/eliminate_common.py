@@ -27,12 +27,11 @@ override them).
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import numpy as np
 
-from quanta.ir.graph import Graph, Node, Value
+from quanta.ir.graph import Graph, Node, Value, const_fingerprint
 from quanta.passes.manager import Pass, PassResult
 from quanta.passes.rules._util import NONDETERMINISTIC_OPS
 
@@ -56,20 +55,6 @@ def _has_subgraph(node: Node) -> bool:
     return any(
         is_graph(v) or (isinstance(v, list) and any(is_graph(x) for x in v)) for v in node.attrs.values()
     )
-
-
-#: elements of a constant that its fingerprint reads (evenly spaced)
-_SAMPLE = 257
-
-
-def _fingerprint(arr: np.ndarray) -> bytes:
-    """A digest of up to _SAMPLE evenly spaced elements of ``arr`` (C-contiguous): equal
-    arrays have equal fingerprints; arrays that differ mostly differ in the sample."""
-    flat = arr.reshape(-1)
-    step = max(1, flat.size // _SAMPLE)
-    sample = flat[::step]
-    raw = repr(sample.tolist()).encode() if arr.dtype.hasobject else sample.tobytes()
-    return hashlib.sha1(raw).digest()
 
 
 def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
@@ -109,7 +94,7 @@ class EliminateCommon(Pass):
             seen: dict[bytes, list[Value]] = {}
             for name, v in group:
                 arr = np.ascontiguousarray(v.const)
-                candidates = seen.setdefault(_fingerprint(arr), [])
+                candidates = seen.setdefault(const_fingerprint(arr), [])
                 first = next((c for c in candidates if _same_bytes(c.const, arr)), None)
                 if first is None:
                     candidates.append(v)

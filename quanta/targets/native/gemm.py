@@ -56,12 +56,13 @@ from __future__ import annotations
 import itertools
 import math
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from quanta.ir.graph import Model, Node, Value
+from quanta.ir.graph import Model, Node, Value, const_fingerprint
 from quanta.kernels.reference.integer_ops import a_param, b_param
 from quanta.kernels.reference.qlinear_matmul_add import QUANTA_DOMAIN, post_stage_constants
 from quanta.kernels.reference.registry import MS_DOMAIN, OpError
@@ -342,15 +343,26 @@ def _check_zero_points(op: str, triples: tuple[tuple[str, Value | None, Value | 
     return ""
 
 
+#: packed weights by (id of the constant, transposed, zero point, ISA): the steps that read
+#: one constant share its packing (an LSTM unrolled into integer ops, as ORT's QDQ files
+#: have it, reads each weight at every time step: captcha_crnn's held 20 packs of each of
+#: its four weights, 67 MB). An entry lives as long as its constant.
+_PACKED: dict[tuple[int, bool, bytes, str], tuple[weakref.ref, bytes, Any]] = {}
+
+
+def _forget(key: tuple[int, bool, bytes, str], ref: weakref.ref) -> None:
+    if _PACKED.get(key, (None,))[0] is ref:  # not a later constant that took the same id
+        del _PACKED[key]
+
+
 def _prepack(b: Value | None, zb: Value | None, *, transpose: bool = False) -> tuple[Any, int]:
     """Pack a constant rank-2 b (transposed first for QGemm's transB) with its constant
     per-tensor or per-column zero point folded in; (None, N) when b or zb is not constant
-    or the zero point is neither."""
-    w = _const(b)
-    if w is None or w.ndim != 2:
+    or the zero point is neither. Steps that read the same constant share one packing."""
+    const = _const(b)
+    if const is None or const.ndim != 2:
         return None, 0
-    if transpose:
-        w = np.ascontiguousarray(w.T)
+    w = np.ascontiguousarray(const.T) if transpose else const
     n = w.shape[1]
     if zb is None:
         z = np.zeros((), np.int32)
@@ -361,7 +373,18 @@ def _prepack(b: Value | None, zb: Value | None, *, transpose: bool = False) -> t
         z = _columns(zc, n, np.int32)
         if z is None:
             return None, n
-    return _pack(w, _zero_point_arg(z)), n
+    key = (id(const), transpose, z.tobytes() + str(z.shape).encode(), _native.active_isa())
+    sample = const_fingerprint(const)  # a constant changed in place since is packed again
+    hit = _PACKED.get(key)
+    if hit is not None and hit[0]() is const and hit[1] == sample:
+        return hit[2], n
+    packed = _pack(w, _zero_point_arg(z))
+    try:
+        ref = weakref.ref(const, lambda r, k=key: _forget(k, r))
+    except TypeError:  # a constant that cannot be referenced weakly: not shared
+        return packed, n
+    _PACKED[key] = (ref, sample, packed)
+    return packed, n
 
 
 def _kernel_name(base: str, a: np.dtype | None, b: np.dtype | None, prepacked: bool) -> str:

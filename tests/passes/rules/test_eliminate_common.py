@@ -131,10 +131,9 @@ def test_constants_equal_only_off_the_fingerprints_sample_are_compared_whole():
     """Constants of one dtype and shape whose sampled elements agree: those equal bit for
     bit merge (a NaN payload included), one that differs in a single unsampled element
     stays, and a later copy of it merges into it, not into the first."""
-    from quanta.ir.graph import Graph, Node, Value
-    from quanta.passes.rules.eliminate_common import _SAMPLE
+    from quanta.ir.graph import FINGERPRINT_SAMPLE, Graph, Node, Value
 
-    n = 3 * _SAMPLE + 7  # the sample reads every third element
+    n = 3 * FINGERPRINT_SAMPLE + 7  # the sample reads every third element
     base = np.random.default_rng(3).standard_normal(n).astype(np.float32)
     base[5] = np.frombuffer(np.uint32(0x7FC00123).tobytes(), np.float32)[0]  # a NaN with a payload
     off = base.copy()
