@@ -97,10 +97,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", required=True, help="comma-separated names")
     ap.add_argument("--feeds", help="a module with a MODELS dict (path, calib()) for names not in the zoo")
-    ap.add_argument("--cache", default=os.environ.get("QUANTA_ZOO_CACHE", str(Path.home() / ".cache/quanta-zoo")))
+    ap.add_argument(
+        "--cache", default=os.environ.get("QUANTA_ZOO_CACHE", str(Path.home() / ".cache/quanta-zoo"))
+    )
     ap.add_argument("--record", help="write {model: sha256} of quanta's files to this JSON file")
     ap.add_argument("--check", help="compare quanta's files with the sha256 recorded in this JSON file")
-    ap.add_argument("--ort", action="store_true", help="also time ONNX Runtime's quantize_static (MinMax, QDQ)")
+    ap.add_argument(
+        "--ort", action="store_true", help="also time ONNX Runtime's quantize_static (MinMax, QDQ)"
+    )
     ap.add_argument("--profile", help="folder for one cProfile .prof per model")
     ap.add_argument("--keep", help="folder to keep quanta's files in (default: a temporary one)")
     args = ap.parse_args(argv)
@@ -108,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     names = args.models.split(",")
     models = load_models(names, args.feeds, Path(args.cache))
     expected = json.loads(Path(args.check).read_text()) if args.check else {}
-    recorded: dict[str, str] = json.loads(Path(args.record).read_text()) if args.record and Path(args.record).exists() else {}
+    recorded: dict[str, str] = (
+        json.loads(Path(args.record).read_text()) if args.record and Path(args.record).exists() else {}
+    )
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
     failed = False

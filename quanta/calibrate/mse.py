@@ -115,53 +115,69 @@ def channel_errors(
     ``QuantizationErrorModel(view).error(a, b, s)`` of that channel's view (eq. (29)'s
     per-tensor side reads every channel of a tensor).
 
-    The model keeps only a row's occupied bins; here the empty ones stay in place, which
-    leaves every sum the same float64 number: an empty bin adds an exact (signed) zero to
-    the running sums (``cumsum`` adds in order, as the model's does), the cut edges
-    l = max(edge, lo), r = min(edge, hi) are non-decreasing along a row, so "bins with
-    l < b" and "bins with r <= a" are prefixes of the row as they are of the occupied
-    bins, and a bin cut by b (or a) is occupied where the model's is: an empty bin J - 1
-    after the last occupied bin K with l < b has r_K <= edge_(K+1) <= l_(J-1) < b, so the
-    model's K is not cut either (likewise for a)."""
-    counts = np.asarray(counts, np.float64)
-    rows, nb = counts.shape
-    g = start.astype(np.int64)[:, None] + np.arange(nb + 1, dtype=np.int64)[None, :]
-    edges = np.ldexp(g.astype(np.float64), k.astype(np.int64)[:, None])
-    l = np.maximum(edges[:, :-1], lo[:, None])
-    r = np.minimum(edges[:, 1:], hi[:, None])
-    n = counts
-    width = r - l
-    mean = (l + r) / 2.0
-    meansq = (l**2 + l * r + r**2) / 3.0
+    The same arithmetic as the model's, row by row: each row's occupied bins, in order,
+    are packed to the left of an (R, W) array (W: the most any row has; a narrow channel
+    on a tensor's shared grid holds few of its bins), padded with empty bins whose edges
+    are +inf. The running sums (``cumsum`` adds in order) are read at the row's own
+    number of bins m, the pads come after them; "bins with l < b" and "bins with r <= a"
+    count no pad, so they are the model's ``searchsorted`` positions."""
+    counts = np.asarray(counts)
+    rows = counts.shape[0]
+    row, col = np.nonzero(counts)  # by row, then by column: each row's bins in order
+    m = np.bincount(row, minlength=rows)
+    width_max = max(int(m.max(initial=0)), 1)
+    first = np.concatenate([[0], np.cumsum(m)[:-1]])
+    pos = np.arange(row.size) - first[row]
+    g = (start.astype(np.int64)[row] + col).astype(np.float64)
+    kk = k.astype(np.int64)[row]
+    # the outer bins cut to the exact extrema, as the model's
+    lo_e = np.maximum(np.ldexp(g, kk), lo[row])
+    hi_e = np.minimum(np.ldexp(g + 1.0, kk), hi[row])
+    n_e = counts[row, col].astype(np.float64)
+    mean = (lo_e + hi_e) / 2.0
+    meansq = (lo_e**2 + lo_e * hi_e + hi_e**2) / 3.0
+
+    def packed(values: np.ndarray, pad: float) -> np.ndarray:
+        out = np.full((rows, width_max), pad)
+        out[row, pos] = values
+        return out
+
+    left, right, n, width = (
+        packed(lo_e, np.inf),
+        packed(hi_e, np.inf),
+        packed(n_e, 0.0),
+        packed(hi_e - lo_e, 0.0),
+    )
     zero = np.zeros((rows, 1))
     c0 = np.concatenate([zero, np.cumsum(n, axis=1)], axis=1)
-    c1 = np.concatenate([zero, np.cumsum(n * mean, axis=1)], axis=1)
-    c2 = np.concatenate([zero, np.cumsum(n * meansq, axis=1)], axis=1)
-    # the prefix sums before the first occupied bin are exact zeros, as the model's c[0]
+    c1 = np.concatenate([zero, np.cumsum(packed(n_e * mean, 0.0), axis=1)], axis=1)
+    c2 = np.concatenate([zero, np.cumsum(packed(n_e * meansq, 0.0), axis=1)], axis=1)
     idx = np.arange(rows)
+    last = np.maximum(m - 1, 0)
     a, b, s = (np.float64(v) for v in (a, b, s))
     # values above b: bins entirely at or above b, plus the bin that b cuts
-    jb = np.count_nonzero(l < b, axis=1)
-    full_hi = (c2[:, nb] - c2[idx, jb]) - 2 * b * (c1[:, nb] - c1[idx, jb]) + b * b * (c0[:, nb] - c0[idx, jb])
-    count_hi = c0[:, nb] - c0[idx, jb]
-    p = np.clip(jb - 1, 0, nb - 1)
-    pl, pr, pn, pw = l[idx, p], r[idx, p], n[idx, p], width[idx, p]
-    cut = (jb > 0) & (pn > 0) & (pr > b) & (pw > 0)
+    jb = np.count_nonzero(left < b, axis=1)
+    full_hi = (
+        (c2[idx, m] - c2[idx, jb]) - 2 * b * (c1[idx, m] - c1[idx, jb]) + b * b * (c0[idx, m] - c0[idx, jb])
+    )
+    count_hi = c0[idx, m] - c0[idx, jb]
+    p = np.clip(jb - 1, 0, last)
+    pr, pn, pw = right[idx, p], n[idx, p], width[idx, p]
+    cut = (jb > 0) & (pr > b) & (pw > 0)
     safe_w = np.where(cut, pw, 1.0)
     full_hi = full_hi + np.where(cut, pn * (pr - b) ** 3 / (3 * safe_w), 0.0)
     count_hi = count_hi + np.where(cut, pn * (pr - b) / safe_w, 0.0)
     # values below a: bins entirely at or below a, plus the bin that a cuts
-    ja = np.count_nonzero(r <= a, axis=1)
+    ja = np.count_nonzero(right <= a, axis=1)
     full_lo = c2[idx, ja] - 2 * a * c1[idx, ja] + a * a * c0[idx, ja]
     count_lo = c0[idx, ja].copy()
-    p = np.clip(ja, 0, nb - 1)
-    pl, pr, pn, pw = l[idx, p], r[idx, p], n[idx, p], width[idx, p]
-    cut = (ja < nb) & (pn > 0) & (pl < a) & (pw > 0)
+    p = np.clip(ja, 0, last)
+    pl, pn, pw = left[idx, p], n[idx, p], width[idx, p]
+    cut = (ja < m) & (pl < a) & (pw > 0)
     safe_w = np.where(cut, pw, 1.0)
     full_lo = full_lo + np.where(cut, pn * (a - pl) ** 3 / (3 * safe_w), 0.0)
     count_lo = count_lo + np.where(cut, pn * (a - pl) / safe_w, 0.0)
-    total = c0[:, nb]
-    inside = np.maximum(total - count_hi - count_lo - zeros.astype(np.float64), 0.0)
+    inside = np.maximum(c0[idx, m] - count_hi - count_lo - zeros.astype(np.float64), 0.0)
     return np.maximum(full_hi, 0.0) + np.maximum(full_lo, 0.0) + inside * s * s / 12.0
 
 

@@ -51,13 +51,23 @@ def test_every_row_equals_the_model_of_its_view_bit_for_bit(c, seed):
     lo, hi = float(obs._min.min()), float(obs._max.max())
     edges = obs.view(int(rows[0])).edges()
     cases = [(min(lo, 0.0), max(hi, 0.0)), (0.0, max(hi, 1e-3)), (min(lo, -1e-3), 0.0)]
-    cases += [(float(rng.uniform(min(lo, 0.0), 0.0)), float(rng.uniform(0.0, max(hi, 1e-3)))) for _ in range(20)]
+    cases += [
+        (float(rng.uniform(min(lo, 0.0), 0.0)), float(rng.uniform(0.0, max(hi, 1e-3)))) for _ in range(20)
+    ]
     cases += [(float(min(e, 0.0)), float(max(e, 0.0))) for e in edges[:: max(1, edges.size // 10)]]
     cases += [(-1e9, 1e9), (-1e-30, 1e-30)]
     for a, b in cases:
         s = (b - a) / 255.0 if b > a else 1.0
         got = channel_errors(
-            obs._counts[rows], obs._k[rows], obs._start[rows], obs._lo[rows], obs._hi[rows], obs._zeros[rows], a, b, s
+            obs._counts[rows],
+            obs._k[rows],
+            obs._start[rows],
+            obs._lo[rows],
+            obs._hi[rows],
+            obs._zeros[rows],
+            a,
+            b,
+            s,
         )
         want = _one_by_one(obs, rows, a, b, s)
         assert got.tolist() == want, (a, b)
@@ -74,7 +84,15 @@ def test_per_channel_grids_of_a_plain_histogram():
     for a, b in [(-2.0, 3.0), (-0.01, 0.02), (0.0, 50.0), (-50.0, 0.0)]:
         s = (b - a) / 255.0
         got = channel_errors(
-            obs._counts[rows], obs._k[rows], obs._start[rows], obs._lo[rows], obs._hi[rows], obs._zeros[rows], a, b, s
+            obs._counts[rows],
+            obs._k[rows],
+            obs._start[rows],
+            obs._lo[rows],
+            obs._hi[rows],
+            obs._zeros[rows],
+            a,
+            b,
+            s,
         )
         assert got.tolist() == _one_by_one(obs, rows, a, b, s)
 
