@@ -98,6 +98,89 @@ class QuantizationErrorModel:
         return np.maximum(full_hi, 0.0) + np.maximum(full_lo, 0.0) + inside * s * s / 12.0
 
 
+def channel_errors(
+    counts: np.ndarray,
+    k: np.ndarray,
+    start: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    zeros: np.ndarray,
+    a: float,
+    b: float,
+    s: float,
+) -> np.ndarray:
+    """Eq. (21) at one (a, b, s) for every row of ``counts`` (R, B) at once: row r is the
+    histogram of a channel on grid (``k[r]``, ``start[r]``) with finite extrema ``lo[r]``,
+    ``hi[r]`` and ``zeros[r]`` exact zeros, and row r of the result is, bit for bit,
+    ``QuantizationErrorModel(view).error(a, b, s)`` of that channel's view (eq. (29)'s
+    per-tensor side reads every channel of a tensor).
+
+    The same arithmetic as the model's, row by row: each row's occupied bins, in order,
+    are packed to the left of an (R, W) array (W: the most any row has; a narrow channel
+    on a tensor's shared grid holds few of its bins), padded with empty bins whose edges
+    are +inf. The running sums (``cumsum`` adds in order) are read at the row's own
+    number of bins m, the pads come after them; "bins with l < b" and "bins with r <= a"
+    count no pad, so they are the model's ``searchsorted`` positions."""
+    counts = np.asarray(counts)
+    rows = counts.shape[0]
+    row, col = np.nonzero(counts)  # by row, then by column: each row's bins in order
+    m = np.bincount(row, minlength=rows)
+    width_max = max(int(m.max(initial=0)), 1)
+    first = np.concatenate([[0], np.cumsum(m)[:-1]])
+    pos = np.arange(row.size) - first[row]
+    g = (start.astype(np.int64)[row] + col).astype(np.float64)
+    kk = k.astype(np.int64)[row]
+    # the outer bins cut to the exact extrema, as the model's
+    lo_e = np.maximum(np.ldexp(g, kk), lo[row])
+    hi_e = np.minimum(np.ldexp(g + 1.0, kk), hi[row])
+    n_e = counts[row, col].astype(np.float64)
+    mean = (lo_e + hi_e) / 2.0
+    meansq = (lo_e**2 + lo_e * hi_e + hi_e**2) / 3.0
+
+    def packed(values: np.ndarray, pad: float) -> np.ndarray:
+        out = np.full((rows, width_max), pad)
+        out[row, pos] = values
+        return out
+
+    left, right, n, width = (
+        packed(lo_e, np.inf),
+        packed(hi_e, np.inf),
+        packed(n_e, 0.0),
+        packed(hi_e - lo_e, 0.0),
+    )
+    zero = np.zeros((rows, 1))
+    c0 = np.concatenate([zero, np.cumsum(n, axis=1)], axis=1)
+    c1 = np.concatenate([zero, np.cumsum(packed(n_e * mean, 0.0), axis=1)], axis=1)
+    c2 = np.concatenate([zero, np.cumsum(packed(n_e * meansq, 0.0), axis=1)], axis=1)
+    idx = np.arange(rows)
+    last = np.maximum(m - 1, 0)
+    a, b, s = (np.float64(v) for v in (a, b, s))
+    # values above b: bins entirely at or above b, plus the bin that b cuts
+    jb = np.count_nonzero(left < b, axis=1)
+    full_hi = (
+        (c2[idx, m] - c2[idx, jb]) - 2 * b * (c1[idx, m] - c1[idx, jb]) + b * b * (c0[idx, m] - c0[idx, jb])
+    )
+    count_hi = c0[idx, m] - c0[idx, jb]
+    p = np.clip(jb - 1, 0, last)
+    pr, pn, pw = right[idx, p], n[idx, p], width[idx, p]
+    cut = (jb > 0) & (pr > b) & (pw > 0)
+    safe_w = np.where(cut, pw, 1.0)
+    full_hi = full_hi + np.where(cut, pn * (pr - b) ** 3 / (3 * safe_w), 0.0)
+    count_hi = count_hi + np.where(cut, pn * (pr - b) / safe_w, 0.0)
+    # values below a: bins entirely at or below a, plus the bin that a cuts
+    ja = np.count_nonzero(right <= a, axis=1)
+    full_lo = c2[idx, ja] - 2 * a * c1[idx, ja] + a * a * c0[idx, ja]
+    count_lo = c0[idx, ja].copy()
+    p = np.clip(ja, 0, last)
+    pl, pn, pw = left[idx, p], n[idx, p], width[idx, p]
+    cut = (ja < m) & (pl < a) & (pw > 0)
+    safe_w = np.where(cut, pw, 1.0)
+    full_lo = full_lo + np.where(cut, pn * (a - pl) ** 3 / (3 * safe_w), 0.0)
+    count_lo = count_lo + np.where(cut, pn * (a - pl) / safe_w, 0.0)
+    inside = np.maximum(c0[idx, m] - count_hi - count_lo - zeros.astype(np.float64), 0.0)
+    return np.maximum(full_hi, 0.0) + np.maximum(full_lo, 0.0) + inside * s * s / 12.0
+
+
 def _spread(values: np.ndarray, k: int) -> np.ndarray:
     """At most k of the sorted ``values``, evenly spaced by index, first and last kept."""
     if values.size <= k:

@@ -484,11 +484,33 @@ def _intermediate_names(pc: PCall) -> list[str]:
 
 
 class _Names:
-    """Fresh value and node names for one pass run (deterministic: base, base_1, ...)."""
+    """Fresh value and node names for one pass run (deterministic: base, base_1, ...).
+
+    The graph's names are read when a rewrite first asks for them (a Builder is made
+    only once a rule's check accepts, before its rewrite changes anything), so they are
+    the names the graph had when the run started; a run in which no rule fires, most of
+    a pipeline's, does not walk the graph for them."""
 
     def __init__(self, graph: Graph):
-        self.taken = {v.name for v in graph.values()}
-        self.nodes = {n.name for n in graph.nodes if n.name}
+        self._graph = graph
+        self._taken: set[str] | None = None
+        self._nodes: set[str] | None = None
+
+    @property
+    def taken(self) -> set[str]:
+        if self._taken is None:
+            self._taken = {v.name for v in self._graph.values()}
+        return self._taken
+
+    @property
+    def nodes(self) -> set[str]:
+        if self._nodes is None:
+            self._nodes = {n.name for n in self._graph.nodes if n.name}
+        return self._nodes
+
+    def read(self) -> None:
+        """Read the graph's names now if not yet (before a rewrite changes the graph)."""
+        _ = self.taken, self.nodes
 
     @staticmethod
     def _fresh(base: str, taken: set[str]) -> str:
@@ -720,6 +742,7 @@ class RuleSet:
                 )
             log.add(rule.name, node, verdict.reason, verdict.kind)
             return None
+        names.read()  # the graph's names before this rewrite changes it
         b = Builder(graph, m, names, rule.name)  # type: ignore[arg-type]
         try:
             out = rule.rewrite(m, b)  # type: ignore[arg-type]

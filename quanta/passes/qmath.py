@@ -20,7 +20,7 @@ import numpy as np
 
 from quanta.ir.types import F32, IntType, QuantType
 
-__all__ = ["dq_q_is_identity", "quantize_value", "real_range", "same_params"]
+__all__ = ["dq_q_is_identity", "quantize_value", "quantize_values", "real_range", "same_params"]
 
 
 def quantize_value(x: float, q: QuantType, channel: int = 0) -> int:
@@ -35,6 +35,18 @@ def quantize_value(x: float, q: QuantType, channel: int = 0) -> int:
     r64 = float(r)
     lo, hi = q.qmin - zp, q.qmax - zp
     return int(min(max(r64, lo), hi)) + zp
+
+
+def quantize_values(x: float, q: QuantType) -> np.ndarray:
+    """:func:`quantize_value` of one real value on every channel of ``q`` at once, int64
+    [channels]: the same float32 division, rounding and saturation, elementwise."""
+    assert isinstance(q.storage, IntType)
+    scale = np.asarray(q.scale, dtype=np.float32).reshape(-1)
+    zp = np.asarray(q.zero_point, dtype=np.int64).reshape(-1)
+    r = np.rint(np.divide(np.float32(x), scale, dtype=np.float32)).astype(np.float64)
+    out = np.clip(r, (q.qmin - zp).astype(np.float64), (q.qmax - zp).astype(np.float64))
+    out = np.where(np.isnan(r), 0.0, out).astype(np.int64) + zp
+    return np.where(np.isnan(r), q.qmin, out)
 
 
 def real_range(q: QuantType, channel: int = 0) -> tuple[float, float]:

@@ -55,6 +55,7 @@ from quanta.ir.shape_hints import infer_shapes
 from quanta.ir.verify import Stage, verify
 from quanta.passes.coverage import CoverageReport
 from quanta.quantize.bodies import BodyScope, plan_bodies, prepare_bodies, quantize_bodies
+from quanta.quantize.file_outputs import remembering_outputs, run_file
 from quanta.quantize.gate_ranges import trim_gate_inputs
 from quanta.quantize.ort_propagation import settle_dq_propagation
 from quanta.quantize.ort_saturation import file_note
@@ -404,6 +405,7 @@ def prepare_float_graph(model: Model) -> None:
     PassManager(passes).run(model)
 
 
+@remembering_outputs
 def quantize_static(
     model_input: str | os.PathLike | bytes | onnx.ModelProto,
     model_output: str | os.PathLike,
@@ -766,8 +768,6 @@ def quantize_static(
 
     range_choice = None
     if any(ranges[k] != v for k, v in minmax.items()):
-        from quanta.quantize.accuracy import run_outputs as run_file
-
         if not choice_feeds:
             choice_feeds = list(
                 iter_feeds(calibration_data, graph.inputs, preprocess=preprocess, limit=2 * FEEDS)
@@ -800,8 +800,6 @@ def quantize_static(
     # them, measured as eq. (24) (ranges of the even feeds, scored on the odd ones)
     channel_choice = None
     if per_tensor and recipe.depthwise_input_per_channel == "auto":
-        from quanta.quantize.accuracy import run_outputs as run_file
-
         if not choice_feeds and reiterable(calibration_data):
             choice_feeds = list(
                 iter_feeds(calibration_data, graph.inputs, preprocess=preprocess, limit=2 * FEEDS)
@@ -858,8 +856,6 @@ def quantize_static(
     proto = to_proto(model)
     pool_bias = None
     if pooled and pool_float is not None:
-        from quanta.quantize.accuracy import run_outputs as run_file
-
         pool_bias = correct_pooled(proto, pool_float, pooled, pool_feeds, run_file)
     share_equal_initializers(proto)  # readers whose integer weights came out equal share one
     save(proto, model_output, protect=[*protect, *([model.path] if model.path else [])])
@@ -919,7 +915,6 @@ def _wider_if_better(
     files and the float model on the held-out calibration feeds, and keep the 16-bit file
     when it gains WIDE_MARGIN_DB. Returns the summary of the file kept, with a note saying
     what was measured."""
-    from quanta.quantize.accuracy import run_outputs as run_file
     from quanta.quantize.range_choice import mean_sqnr_db
 
     # eq. (24)'s held-out feeds: the odd ones of the first 2 * FEEDS

@@ -8,7 +8,7 @@ import pytest
 
 from quanta.ir.types import F16, F32, I4, I8, I16, I32, U8, U16, QuantType
 from quanta.kernels.reference.quantize import dequantize_linear, quantize_linear
-from quanta.passes.qmath import dq_q_is_identity, quantize_value, real_range
+from quanta.passes.qmath import dq_q_is_identity, quantize_value, quantize_values, real_range
 
 TYPES = [
     QuantType(U8, F32, 0.05, 0),
@@ -42,6 +42,24 @@ def test_quantize_value_golden_ties():
 def test_quantize_value_per_axis_channel():
     qt = QuantType(U8, F32, (0.5, 0.25), (3, 7), axis=0)
     assert quantize_value(1.0, qt, 0) == 5 and quantize_value(1.0, qt, 1) == 11
+
+
+@pytest.mark.parametrize("storage", [U8, I8, I16, U16, I4])
+@pytest.mark.parametrize("channels", [1, 3, 7, 17])
+def test_quantize_values_is_quantize_value_on_every_channel(storage, channels):
+    rng = np.random.default_rng(channels)
+    lo, hi = storage.qmin, storage.qmax
+    scales = tuple(float(np.float32(v)) for v in rng.uniform(1e-4, 0.5, channels))
+    zps = tuple(int(v) for v in rng.integers(lo, hi + 1, channels))
+    qt = QuantType(storage, F32, scales, zps, axis=1 if channels > 1 else None)
+    if channels == 1:
+        qt = QuantType(storage, F32, scales[0], zps[0])
+    values = [0.0, -0.0, 1e30, -1e30, float("nan"), 6.0, -6.0, 1.0]
+    values += [float((k + 0.5) * scales[0]) for k in range(-5, 5)]  # ties on channel 0
+    values += [float(v) for v in rng.normal(0, 10, 20)]
+    for x in values:
+        want = [quantize_value(x, qt, ch) for ch in range(channels)]
+        assert quantize_values(x, qt).tolist() == want, x
 
 
 @pytest.mark.parametrize("qt", TYPES, ids=str)

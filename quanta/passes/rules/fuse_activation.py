@@ -50,7 +50,7 @@ from quanta.ir.graph import Node, Value, result_type
 from quanta.ir.op_facts import derive
 from quanta.ir.types import IntType
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
-from quanta.passes.qmath import quantize_value
+from quanta.passes.qmath import quantize_value, quantize_values
 from quanta.passes.rules._util import describe, node_qtype
 
 __all__ = [
@@ -121,7 +121,12 @@ class DropActivationImpliedByQuantize(Rule):
             return bounds
         lo, hi = bounds
         what = "Relu" if act.op_type == "Relu" else f"Clip lower bound {_fmt(lo)}"
-        for ch in range(len(qt.scale)):
+        # every channel at once (quantize_values), then the first that fails, lower
+        # bound first, as a loop over the channels would find it
+        ok_lo = quantize_values(lo, qt) == qt.qmin if lo > -math.inf else np.ones(len(qt.scale), bool)
+        ok_hi = quantize_values(hi, qt) == qt.qmax if hi < math.inf else np.ones(len(qt.scale), bool)
+        bad = np.flatnonzero(~(ok_lo & ok_hi))
+        for ch in bad[:1].tolist():
             where = f" (channel {ch})" if qt.axis is not None else ""
             if lo > -math.inf:
                 q = quantize_value(lo, qt, ch)
