@@ -387,9 +387,13 @@ def _prepack_saturating(b: Value | None, zb: Value | None) -> tuple[Any, str]:
     return packed, ""
 
 
-def _kernel_name(base: str, a: np.dtype | None, b: np.dtype | None, prepacked: bool) -> str:
+def _kernel_name(
+    base: str, a: np.dtype | None, b: np.dtype | None, prepacked: bool, saturating: bool = False
+) -> str:
     pair = f"{_SHORT.get(a, 'f32')}{_SHORT.get(b, '')}"
-    return f"native:{base}_{pair}" + ("" if prepacked else "_runtime_b")
+    return (
+        f"native:{base}_{pair}" + ("" if prepacked else "_runtime_b") + ("_saturating" if saturating else "")
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -740,7 +744,7 @@ def bind_matmul_integer(model: Model, node: Node) -> tuple[Kernel | None, str]:
     else:
         packed, _ = _prepack(b, zb)
     params = {} if packed is None else {"packed": packed}
-    name = _kernel_name("matmul_integer", _dtype(a), _dtype(b), packed is not None)
+    name = _kernel_name("matmul_integer", _dtype(a), _dtype(b), packed is not None, _saturating(node, a))
     return Kernel(_matmul_integer_native, "native", name, params=params, out=True), ""
 
 
@@ -1208,7 +1212,7 @@ def bind_matmul_integer_to_float(model: Model, node: Node) -> tuple[Kernel | Non
         sb_arg = s_b.reshape(()) if _is_scalar(s_b) else np.ascontiguousarray(s_b)
         fb = None if bias is None else np.ascontiguousarray(c_bias)
         params["direct"] = (a_dt, None, fb, sb_arg)
-    name = _kernel_name("matmul_integer_to_float", a_dt, _dtype(b), packed is not None)
+    name = _kernel_name("matmul_integer_to_float", a_dt, _dtype(b), packed is not None, _saturating(node, a))
     specialize = None
     if "direct" in params:
         specialize = _matmul_integer_to_float_specialized
@@ -1326,7 +1330,9 @@ def bind_dynamic_quantize_matmul(model: Model, node: Node) -> tuple[Kernel | Non
     if reason:
         return None, reason
     params = {} if packed is None else {"packed": packed}
-    name = _kernel_name("dynamic_quantize_matmul", a_dt, _dtype(b), packed is not None)
+    name = _kernel_name(
+        "dynamic_quantize_matmul", a_dt, _dtype(b), packed is not None, _saturating(node, None)
+    )
     return Kernel(_dynamic_quantize_matmul_native, "native", name, params=params, out=True), ""
 
 
