@@ -3,7 +3,11 @@
 // the argument with what was expected and what was given, before a pointer reaches the
 // driver.
 //
-//   pack_weights_s8(w: int8[K, N], zero_point: int | int32[N] = 0, isa: str | None = None)
+//   pack_weights_s8(w: int8[K, N], zero_point: int | int32[N] = 0, isa: str | None = None,
+//                   saturating: bool = False)
+//       saturating: the avx2 vpmaddubsw family whatever w's range (isa None: avx2), whose
+//       pair sums of raw uint8 x and int8 w saturate to int16 as ONNX Runtime's u8·s8
+//       kernels without VNNI (qgemm.h pack_weights)
 //   pack_weights_u8(w: uint8[K, N], zero_point: int | int32[N] = 0, isa: str | None = None)
 //       -> PackedWeights (owns the packed panels, column sums, K, N, the ISA)
 //   qgemm(x: uint8|int8 [..., K], packed, zx: int | int32[...] (per row), out_dtype, *,
@@ -115,7 +119,7 @@ void check_range(int64_t v, int64_t lo, int64_t hi, const std::string& what) {
 
 template <typename T>
 std::shared_ptr<PackedWeights> pack_impl(const py::handle& w_obj, const py::handle& zp_obj, const py::object& isa_obj,
-                                         const char* fn) {
+                                         const char* fn, bool saturating = false) {
   const std::string name = fn;
   auto w = require_array<T>(w_obj, (name + ": w").c_str());
   if (w.ndim() != 2) throw py::value_error(name + ": w: expected a 2-D array [K, N], got shape " + shape_str(w));
@@ -132,11 +136,12 @@ std::shared_ptr<PackedWeights> pack_impl(const py::handle& w_obj, const py::hand
     zp.push_back(static_cast<int32_t>(raw));
   }
   for (size_t i = 0; i < zp.size(); ++i) check_range(zp[i], zlo, zhi, name + ": zero_point[" + std::to_string(i) + "]");
-  const Isa isa = parse_isa(isa_obj);
+  const Isa isa = saturating && isa_obj.is_none() ? runnable_isa("avx2") : parse_isa(isa_obj);
+  if (saturating && isa != Isa::kAvx2) throw py::value_error(name + ": saturating pairs are the avx2 family's");
   std::shared_ptr<PackedWeights> out;
   {
     py::gil_scoped_release release;
-    out = qgemm::pack_weights(w.data(), w_unsigned, K, N, N, zp.data(), per_channel, isa);
+    out = qgemm::pack_weights(w.data(), w_unsigned, K, N, N, zp.data(), per_channel, isa, saturating);
   }
   return out;
 }
@@ -549,11 +554,13 @@ void register_qgemm(py::module_& m) {
 
   m.def(
       "pack_weights_s8",
-      [](const py::handle& w, const py::handle& zp, const py::object& isa) {
-        return pack_impl<int8_t>(w, zp, isa, "pack_weights_s8");
+      [](const py::handle& w, const py::handle& zp, const py::object& isa, bool saturating) {
+        return pack_impl<int8_t>(w, zp, isa, "pack_weights_s8", saturating);
       },
-      py::arg("w"), py::arg("zero_point") = 0, py::arg("isa") = py::none(),
-      "Prepack int8 weights w[K, N] (zero_point: int or int32[N], in [-128, 127]) for `isa` (default: active).");
+      py::arg("w"), py::arg("zero_point") = 0, py::arg("isa") = py::none(), py::arg("saturating") = false,
+      "Prepack int8 weights w[K, N] (zero_point: int or int32[N], in [-128, 127]) for `isa` (default: active). "
+      "saturating: the avx2 vpmaddubsw family whatever w's range (isa default: avx2), ONNX Runtime's "
+      "saturating u8·s8 pairs on CPUs without VNNI.");
   m.def(
       "pack_weights_u8",
       [](const py::handle& w, const py::handle& zp, const py::object& isa) {

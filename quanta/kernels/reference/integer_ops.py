@@ -22,6 +22,15 @@ Native kernels compute the same ``acc`` through the four-term folding of eq. (5)
 u8×s8 hardware, the +128 shift of eq. (8); float32 accumulation is allowed there only
 while eq. (9) holds (K ≤ 258). test_qlinear.py evaluates eqs. (5), (8), (9) against this
 reference.
+
+``saturating_pairs`` (a quanta attribute the session sets under ``float_functions="ort"``
+where ONNX Runtime's u8·s8 kernels saturate, quanta/passes/rules/ort_float_functions.py):
+uint8 A times int8 B as ORT computes it on x86 without VNNI, docs/float-ops.md (QM1)::
+
+    acc = Σ_j sat16(a[2j]·b[2j] + a[2j+1]·b[2j+1])  − za·Σ_k b' − zb·Σ_k a + K·za·zb
+          (raw codes, k paired from 0; sat16 clips to [−32768, 32767]; the rest exact)
+
+Other type pairs stay exact (ORT's u8·u8 and s8·s8 kernels widen to int16 first).
 """
 
 from __future__ import annotations
@@ -98,13 +107,34 @@ def _check_eight_bit(name: str, v: np.ndarray) -> None:
         raise OpError(f"{name}: expected int8 or uint8, got {v.dtype}")
 
 
+def saturating_pairs_correction(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """What (QM1)'s saturating pairs take from the exact ``a @ b`` of raw uint8 codes a
+    [..., M, K] and raw int8 codes b [..., K, N] (numpy.matmul broadcasting; a 1-D operand
+    is not taken), int64 of the product's shape."""
+    from quanta.kernels.reference.mlas_qconv import saturation_correction
+
+    if a.ndim < 2 or b.ndim < 2:
+        raise OpError(f"saturating pairs: expected A and B of rank >= 2, got shapes {a.shape} and {b.shape}")
+    k, n = b.shape[-2:]
+    if b.ndim == 2:
+        return saturation_correction(a.reshape(-1, k), b.T).reshape(*a.shape[:-1], n)
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a_b = np.broadcast_to(a, (*batch, *a.shape[-2:])).reshape(-1, *a.shape[-2:])
+    b_b = np.broadcast_to(b, (*batch, k, n)).reshape(-1, k, n)
+    out = [saturation_correction(x, w.T) for x, w in zip(a_b, b_b, strict=True)]
+    return np.stack(out).reshape(*batch, a.shape[-2], n)
+
+
 def matmul_integer(
     a: np.ndarray,
     b: np.ndarray,
     a_zero_point: np.ndarray | int | None = None,
     b_zero_point: np.ndarray | int | None = None,
+    *,
+    saturating_pairs: bool = False,
 ) -> np.ndarray:
-    """``acc = (a − za) @ (b − zb)`` with numpy.matmul broadcasting, int32 (eq. (4)).
+    """``acc = (a − za) @ (b − zb)`` with numpy.matmul broadcasting, int32 (eq. (4));
+    ``saturating_pairs``: uint8 a times int8 b in (QM1) (module docstring).
 
     >>> matmul_integer(np.array([[1, 2]], np.uint8), np.array([[3], [4]], np.uint8), 1, 2)
     array([[2]], dtype=int32)
@@ -124,6 +154,8 @@ def matmul_integer(
         acc = (a64.reshape(-1, a64.shape[-1]) @ b64).reshape(*a64.shape[:-1], b64.shape[-1])
     else:
         acc = np.matmul(a64, b64)
+    if saturating_pairs and a.dtype == np.uint8 and b.dtype == np.int8:
+        acc = acc + saturating_pairs_correction(a, b)
     return wrap_int32(acc)
 
 
@@ -242,15 +274,18 @@ def matmul_integer_op(
     b: np.ndarray,
     a_zero_point: np.ndarray | None = None,
     b_zero_point: np.ndarray | None = None,
+    *,
+    saturating_pairs: int = 0,
 ) -> np.ndarray:
-    """ONNX MatMulInteger-10."""
+    """ONNX MatMulInteger-10; quanta's ``saturating_pairs`` attribute: (QM1) (module
+    docstring)."""
     del ctx  # unused
     _check_eight_bit("A", a)
     _check_eight_bit("B", b)
     for name, zp, v in (("a_zero_point", a_zero_point, a), ("b_zero_point", b_zero_point, b)):
         if zp is not None and zp.dtype != v.dtype:
             raise OpError(f"{name}: expected the type of its input ({v.dtype}), got {zp.dtype}")
-    return matmul_integer(a, b, a_zero_point, b_zero_point)
+    return matmul_integer(a, b, a_zero_point, b_zero_point, saturating_pairs=bool(saturating_pairs))
 
 
 @register("ConvInteger")

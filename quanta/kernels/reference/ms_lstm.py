@@ -27,6 +27,10 @@ length and every step one float32 operation in ORT's order:
         G += f32(f32(acc) · m)                        per step, the previous H (B rows)
 
     Both roundings are separate (MLAS's scale output processor, built without FMA).
+    ``saturating_pairs`` (a quanta attribute, set under ``float_functions="ort"`` where
+    ORT's u8·s8 kernels saturate): with int8 weights, ``acc`` is docs/float-ops.md (QM1),
+    ``Σ_j sat16(q[2j]·w[2j] + q[2j+1]·w[2j+1]) − z·Σ_k w`` of raw codes (MLAS's AVX2
+    kernel without VNNI; uint8 weights take ORT's exact u8·u8 kernel).
 (3) gates of step t for every row b with t < len[b], p = peephole, bias = f32(Wb + Rb)::
 
         i = f(clip(f32(f32(G_i + f32(c_prev · p_i)) + bias_i)))       peephole term only with P
@@ -65,6 +69,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from quanta.kernels.reference.float_ops import fma_f32
+from quanta.kernels.reference.mlas_qconv import saturation_correction
 from quanta.kernels.reference.registry import MS_DOMAIN, OpContext, OpError, refuses, register
 
 __all__ = [
@@ -253,16 +258,21 @@ def _direction_scale(scale: np.ndarray, d: int, n: int, what: str) -> np.ndarray
 
 
 class _QWeight:
-    """One direction's quantized weight [K, 4H] as exact float64 (w − zw) and its scale."""
+    """One direction's quantized weight [K, 4H] as exact float64 (w − zw) and its scale;
+    ``saturating``: int8 codes whose pairs of products saturate (eq. (2), (QM1))."""
 
-    def __init__(self, w: np.ndarray, scale: np.ndarray, zp: int):
+    def __init__(self, w: np.ndarray, scale: np.ndarray, zp: int, saturating: bool = False):
         self.centered = w.astype(_F64) - zp  # |w − zw| <= 255: every product and sum exact
         self.scale = scale
+        # the raw codes [4H, K] the saturating pairs read (an int8 weight's zw is 0)
+        self.sat_codes = w.T.astype(np.int64) if saturating and w.dtype == np.int8 else None
 
     def gemm(self, a: np.ndarray) -> np.ndarray:
         """f32(acc) and the multiplier m of eq. (2) for one quantization block of rows ``a``."""
         q, s, z = _quantize_block(a)
         acc = (q.astype(_F64) - z) @ self.centered  # exact: |terms| <= 255·255, K << 2^37
+        if self.sat_codes is not None:
+            acc = acc + saturation_correction(q.reshape(-1, q.shape[-1]), self.sat_codes).reshape(acc.shape)
         return acc.astype(F32), (s * self.scale).astype(F32)
 
 
@@ -369,10 +379,12 @@ def dynamic_quantize_lstm(
     input_forget: int = 0,
     want_y: bool = True,
     rows_per_block: int | None = None,
+    saturating_pairs: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(Y [T, D, B, H], Y_h [D, B, H], Y_c [D, B, H]) by the module docstring's steps.
     ``want_y = False`` is ORT's path when the node does not ask for Y (step (4));
-    ``rows_per_block`` is the H quantization block of a multi-threaded ORT."""
+    ``rows_per_block`` is the H quantization block of a multi-threaded ORT;
+    ``saturating_pairs``: step (2)'s int8 products as ORT's u8·s8 kernels without VNNI."""
     if direction not in ("forward", "reverse", "bidirectional"):
         raise OpError(f"direction must be forward, reverse or bidirectional, got {direction!r}")
     D = 2 if direction == "bidirectional" else 1
@@ -413,11 +425,13 @@ def dynamic_quantize_lstm(
             w[d],
             _direction_scale(w_scale, d, 4 * H, "W_scale"),
             _weight_zero_point(w_zero_point, d, "W_zero_point"),
+            bool(saturating_pairs),
         )
         rq = _QWeight(
             r[d],
             _direction_scale(r_scale, d, 4 * H, "R_scale"),
             _weight_zero_point(r_zero_point, d, "R_zero_point"),
+            bool(saturating_pairs),
         )
         bias = None if b is None else np.asarray(b, F32)[d]
         peep = None if p is None else np.asarray(p, F32)[d]

@@ -45,6 +45,11 @@ the float32 result rounded once to float16.
 ``GetQuantizationParameter`` only for an all-zero ``a`` (scale 1/255 vs 1): then
 ``qa == za`` everywhere, ``acc == 0`` and ``y == bias`` either way.
 
+``saturating_pairs`` (a quanta attribute of MatMulIntegerToFloat and DynamicQuantizeMatMul,
+set under ``float_functions="ort"`` where ORT's u8·s8 kernels saturate): the accumulator of
+uint8 a and int8 b is (QM1) of :mod:`quanta.kernels.reference.integer_ops`, pairs of
+products in saturating int16 as MLAS's AVX2 kernel without VNNI forms them.
+
 K = 0 follows the formulas (acc = C); ORT takes a separate path there (``HandleZeroKCase``)
 whose float output is not defined, and it is not compared.
 """
@@ -260,6 +265,7 @@ def _integer_to_float(
     za: np.ndarray | None,
     zb: np.ndarray | None,
     bias: np.ndarray | None,
+    saturating_pairs: bool = False,
 ) -> np.ndarray:
     """The shared ``MatMulIntegerToFloatBase::ComputeCommon`` plus the post-scalings."""
     if za is not None:
@@ -275,7 +281,8 @@ def _integer_to_float(
                 f"b_zero_point: expected a scalar, [N] for a 2-D B, or B's shape with 1 at axis -2 "
                 f"(B has shape {b.shape}), got shape {zb.shape}"
             )
-    acc = matmul_integer(qa, b, za, zb)  # zb: scalar, [N] or [..., 1, N], as validated above
+    # zb: scalar, [N] or [..., 1, N], as validated above
+    acc = matmul_integer(qa, b, za, zb, saturating_pairs=saturating_pairs)
     # a 1-D B (numpy.matmul: a vector, no N axis in the output) has one column
     n = b.shape[-1] if b.ndim >= 2 else 1
     a_is_scalar = _is_scalar(sa)
@@ -305,6 +312,8 @@ def matmul_integer_to_float(
     a_zero_point: np.ndarray | None = None,
     b_zero_point: np.ndarray | None = None,
     bias: np.ndarray | None = None,
+    *,
+    saturating_pairs: bool = False,
 ) -> np.ndarray:
     """com.microsoft MatMulIntegerToFloat: ``y = (a − za) @ (b − zb) · sa · sb + bias``
     with numpy.matmul broadcasting, computed as (3) and the scale layouts in the module
@@ -338,6 +347,7 @@ def matmul_integer_to_float(
         None if a_zero_point is None else np.asarray(a_zero_point),
         None if b_zero_point is None else np.asarray(b_zero_point),
         None if bias is None else np.asarray(bias).astype(F32),
+        saturating_pairs,
     )
     return y.astype(out_dtype)
 
@@ -348,6 +358,8 @@ def dynamic_quantize_matmul(
     b_scale: np.ndarray,
     b_zero_point: np.ndarray | None = None,
     bias: np.ndarray | None = None,
+    *,
+    saturating_pairs: bool = False,
 ) -> np.ndarray:
     """com.microsoft DynamicQuantizeMatMul: ``a`` (float32) quantized to uint8 by eq. (10)
     over the whole tensor, then :func:`matmul_integer_to_float` with ``a``'s scalar scale.
@@ -366,7 +378,7 @@ def dynamic_quantize_matmul(
         raise OpError(f"bias: expected float32, got {np.asarray(bias).dtype}")
     qa, sa, za = dynamic_quantize_linear(a)
     return _integer_to_float(
-        qa, b, sa, sb, za, None if b_zero_point is None else np.asarray(b_zero_point), bias
+        qa, b, sa, sb, za, None if b_zero_point is None else np.asarray(b_zero_point), bias, saturating_pairs
     )
 
 
@@ -380,10 +392,14 @@ def matmul_integer_to_float_op(
     a_zero_point: np.ndarray | None = None,
     b_zero_point: np.ndarray | None = None,
     bias: np.ndarray | None = None,
+    *,
+    saturating_pairs: int = 0,
 ) -> np.ndarray:
     """com.microsoft MatMulIntegerToFloat-1 (see :func:`matmul_integer_to_float`)."""
     del ctx  # unused
-    return matmul_integer_to_float(a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias)
+    return matmul_integer_to_float(
+        a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias, saturating_pairs=bool(saturating_pairs)
+    )
 
 
 @register("DynamicQuantizeMatMul", MS_DOMAIN)
@@ -394,7 +410,9 @@ def dynamic_quantize_matmul_op(
     b_scale: np.ndarray,
     b_zero_point: np.ndarray | None = None,
     bias: np.ndarray | None = None,
+    *,
+    saturating_pairs: int = 0,
 ) -> np.ndarray:
     """com.microsoft DynamicQuantizeMatMul-1 (see :func:`dynamic_quantize_matmul`)."""
     del ctx  # unused
-    return dynamic_quantize_matmul(a, b, b_scale, b_zero_point, bias)
+    return dynamic_quantize_matmul(a, b, b_scale, b_zero_point, bias, saturating_pairs=bool(saturating_pairs))

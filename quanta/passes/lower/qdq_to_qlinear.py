@@ -837,9 +837,12 @@ class LowerMatMulIntegerScaled(Rule):
             inputs.append(za)
         if zb is not None:
             inputs.append(zb)
+        # the session's ORT arithmetic (rules/ort_float_functions.py) stays with the product
+        sat = m.node("mm").attrs.get("saturating_pairs")
         return b.op(
             "MatMulIntegerToFloat",
             inputs,
+            {"saturating_pairs": sat} if sat else None,
             domain=MS_DOMAIN,
             types=result_type(shape_from=m["y"], elem_from=m["y"]),
             name=m.node("mm").name or None,
@@ -900,6 +903,7 @@ class FuseMatMulFloatBias(Rule):
         return b.op(
             "MatMulIntegerToFloat",
             [*(node.input(i) for i in range(6)), c],
+            dict(node.attrs),
             domain=MS_DOMAIN,
             types=result_type(shape_from=m["y"], elem_from=m["y"]),
             name=node.name or None,

@@ -12,6 +12,9 @@ Rules (each replaces the ONNX function by ORT's computation of it)::
                           -> %y = quanta::OrtReduceMean|OrtReduceSum(%x)   axes: the trailing ones
     %y = Q(Conv(DQ(%xq), DQ(wq: i8), DQ(b)?))   (a group ORT fuses)   QdqConvToMlasQLinearConv
                           -> %y = quanta::MlasQLinearConv(%xq, sx, zx, wq, sw, zw, sy, zy, b?)
+    %y.. = MatMulInteger | com.microsoft::MatMulIntegerToFloat | DynamicQuantizeMatMul
+           | DynamicQuantizeLSTM  (uint8 A, int8 weights)         MatMulIntegerSaturatingPairs, ..
+                          -> the same node with saturating_pairs = 1
     %y = GlobalAveragePool(DQ(%x))                                GlobalAveragePoolToMlasPool
                           -> %y = quanta::MlasGlobalAveragePool(DQ(%x))
     %y = BatchNormalization(%x: f32, s, b, mean, var)             BatchNormToOrtAffine
@@ -106,6 +109,13 @@ by ORT's default QDQ recipe (an image at zero point 128, asymmetric weights) dif
 10,114 of 18,432 codes of its first Conv group. The session asks for this rule only with
 ``float_functions="ort"`` by name and on a CPU where ORT's kernels saturate.
 
+Dynamic int8 GEMMs: the same u8·s8 kernels compute ORT's MatMulInteger (fused by ORT into
+MatMulIntegerToFloat / DynamicQuantizeMatMul) and DynamicQuantizeLSTM when the weights are
+int8: pairs of raw-code products saturate there too (docs/float-ops.md (QM1)). The
+voicefilter embedder quantized by ``quantize_dynamic`` (3 DynamicQuantizeLSTMs) ends up to
+1.0 from ORT on 13 of 24 feeds with the exact sum. Under the same condition as QLinearConv
+these nodes take ``saturating_pairs = 1``, which their twins and native binders compute.
+
 GlobalAveragePool: ONNX Runtime's CPU kernel is ``MlasPool`` (pooling.cpp
 ``MlasPoolGlobalKernel``): four lane sums of a row, a two-step horizontal add, the elements
 past the last vector, then ``/ f32(N)`` (docs/float-ops.md (GP1)-(GP3)); quanta's sums 16
@@ -131,9 +141,13 @@ __all__ = [
     "QUANTA_DOMAIN",
     "BatchNormToOrtAffine",
     "ConvToMlasConv",
+    "DynamicQuantizeLstmSaturatingPairs",
+    "DynamicQuantizeMatMulSaturatingPairs",
     "GlobalAveragePoolToMlasPool",
     "GruToOrtGru",
     "LstmToOrtLstm",
+    "MatMulIntegerSaturatingPairs",
+    "MatMulIntegerToFloatSaturatingPairs",
     "OrtFloatFunctions",
     "QdqConvToMlasQLinearConv",
     "ReduceToOrtReduce",
@@ -691,6 +705,72 @@ class QdqConvToMlasQLinearConv(Rule):
         )
 
 
+def _elem(v: Value | None) -> IntType | None:
+    """An integer element type (a QuantType's storage), else None."""
+    return None if v is None else _q_storage(v)
+
+
+class MatMulIntegerSaturatingPairs(Rule):
+    """%y = MatMulInteger(%a: u8, %b: i8, ...) -> the same node with ``saturating_pairs = 1``
+    (module docstring: ORT's u8·s8 kernels without VNNI; docs/float-ops.md (QM1))"""
+
+    pattern = "y = MatMulInteger(a, b, ...)"
+    # the uint8 codes' input (None: the op quantizes a float input to uint8 itself)
+    a_index: int | None = 0
+    weight_indices: tuple[int, ...] = (1,)
+
+    def check(self, m: Match) -> Match | NoMatch:
+        node = m.root
+        if node.attrs.get("saturating_pairs"):
+            return NoMatch("already computed with saturating pairs")
+        if self.a_index is not None and _elem(node.inputs[self.a_index]) != U8:
+            elem = _elem(node.inputs[self.a_index])
+            return NoMatch(f"A is {elem}, not uint8 (ORT's u8·u8 / s8·s8 kernels widen to int16: exact)")
+        weights = [node.inputs[i] for i in self.weight_indices if i < len(node.inputs)]
+        if not any(_elem(w) == I8 for w in weights):
+            return NoMatch("no int8 weight (ORT's u8·u8 kernel widens to int16: exact)")
+        if any(o is None or not o.name for o in node.outputs):
+            return NoMatch(f"{node.op_type} leaves an output between two others unnamed")
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Sequence[Value] | Value:
+        node = m.root
+        return b.op(
+            node.op_type,
+            list(node.inputs),
+            {**node.attrs, "saturating_pairs": 1},
+            types=[result_type(shape_from=o, elem_from=o) for o in node.outputs],
+            domain=node.domain,
+            name=node.name or None,
+            out_names=[o.name for o in node.outputs],
+            n_outputs=len(node.outputs),
+            attr_types=getattr(node, "attr_types", None),
+        )
+
+
+class MatMulIntegerToFloatSaturatingPairs(MatMulIntegerSaturatingPairs):
+    """com.microsoft MatMulIntegerToFloat(%a: u8, %b: i8, ...): see MatMulIntegerSaturatingPairs."""
+
+    pattern = "y = com.microsoft::MatMulIntegerToFloat(a, b, ...)"
+
+
+class DynamicQuantizeMatMulSaturatingPairs(MatMulIntegerSaturatingPairs):
+    """com.microsoft DynamicQuantizeMatMul(%a: f32, %b: i8, ...) (a quantized to uint8):
+    see MatMulIntegerSaturatingPairs."""
+
+    pattern = "y = com.microsoft::DynamicQuantizeMatMul(a, b, ...)"
+    a_index = None
+
+
+class DynamicQuantizeLstmSaturatingPairs(MatMulIntegerSaturatingPairs):
+    """com.microsoft DynamicQuantizeLSTM(%x: f32, %w: i8, %r: i8, ...) (x and h quantized to
+    uint8): see MatMulIntegerSaturatingPairs."""
+
+    pattern = "y = com.microsoft::DynamicQuantizeLSTM(x, w, r, ...)"
+    a_index = None
+    weight_indices = (1, 2)
+
+
 class OrtFloatFunctions(RewritePass):
     name = "ort_float_functions"
     rules = (
@@ -707,7 +787,9 @@ class OrtFloatFunctions(RewritePass):
         Conv groups keep quanta's exact arithmetic; ConvToMlasConv and
         GlobalAveragePoolToMlasPool are not run).
         ``u8s8_saturates``: ORT's u8·s8 kernels on this CPU saturate pairs of products (x86
-        without VNNI): the Conv groups ORT fuses become MlasQLinearConv."""
+        without VNNI): the Conv groups ORT fuses become MlasQLinearConv, and the u8·s8
+        integer GEMMs (MatMulInteger, MatMulIntegerToFloat, DynamicQuantizeMatMul,
+        DynamicQuantizeLSTM) take ``saturating_pairs``."""
         rules = list(type(self).rules)
         if threads is not None:
             # by name only, as MlasConv: the pool's native binder runs the twin's NumPy,
@@ -716,4 +798,10 @@ class OrtFloatFunctions(RewritePass):
             rules.append(ConvToMlasConv(threads))
         if u8s8_saturates:
             rules.insert(0, QdqConvToMlasQLinearConv())
+            rules += [
+                MatMulIntegerSaturatingPairs(),
+                MatMulIntegerToFloatSaturatingPairs(),
+                DynamicQuantizeMatMulSaturatingPairs(),
+                DynamicQuantizeLstmSaturatingPairs(),
+            ]
         super().__init__(rules)

@@ -145,7 +145,9 @@ def _valid_multiplier(m: np.ndarray) -> bool:
     return bool(np.all(np.isfinite(m)) and np.all(m > 0))
 
 
-def _pack(b: np.ndarray, zb: int | np.ndarray) -> Any:
+def _pack(b: np.ndarray, zb: int | np.ndarray, saturating: bool = False) -> Any:
+    if saturating:  # (QM1): the avx2 vpmaddubsw family, int8 b only (pack_weights_s8)
+        return _native.pack_weights_s8(np.ascontiguousarray(b), zb, saturating=True)
     fn = _native.pack_weights_s8 if b.dtype == _I8 else _native.pack_weights_u8
     return fn(np.ascontiguousarray(b), zb)
 
@@ -343,22 +345,25 @@ def _check_zero_points(op: str, triples: tuple[tuple[str, Value | None, Value | 
     return ""
 
 
-#: packed weights by (id of the constant, transposed, zero point, ISA): the steps that read
-#: one constant share its packing (an LSTM unrolled into integer ops, as ORT's QDQ files
-#: have it, reads each weight at every time step: captcha_crnn's held 20 packs of each of
-#: its four weights, 67 MB). An entry lives as long as its constant.
-_PACKED: dict[tuple[int, bool, bytes, str], tuple[weakref.ref, bytes, Any]] = {}
+#: packed weights by (id of the constant, transposed, zero point, saturating, ISA): the
+#: steps that read one constant share its packing (an LSTM unrolled into integer ops, as
+#: ORT's QDQ files have it, reads each weight at every time step: captcha_crnn's held 20
+#: packs of each of its four weights, 67 MB). An entry lives as long as its constant.
+_PACKED: dict[tuple[int, bool, bytes, bool, str], tuple[weakref.ref, bytes, Any]] = {}
 
 
-def _forget(key: tuple[int, bool, bytes, str], ref: weakref.ref) -> None:
+def _forget(key: tuple[int, bool, bytes, bool, str], ref: weakref.ref) -> None:
     if _PACKED.get(key, (None,))[0] is ref:  # not a later constant that took the same id
         del _PACKED[key]
 
 
-def _prepack(b: Value | None, zb: Value | None, *, transpose: bool = False) -> tuple[Any, int]:
+def _prepack(
+    b: Value | None, zb: Value | None, *, transpose: bool = False, saturating: bool = False
+) -> tuple[Any, int]:
     """Pack a constant rank-2 b (transposed first for QGemm's transB) with its constant
     per-tensor or per-column zero point folded in; (None, N) when b or zb is not constant
-    or the zero point is neither. Steps that read the same constant share one packing."""
+    or the zero point is neither. ``saturating``: int8 b for (QM1)'s pairs (_pack). Steps
+    that read the same constant share one packing."""
     const = _const(b)
     if const is None or const.ndim != 2:
         return None, 0
@@ -373,12 +378,12 @@ def _prepack(b: Value | None, zb: Value | None, *, transpose: bool = False) -> t
         z = _columns(zc, n, np.int32)
         if z is None:
             return None, n
-    key = (id(const), transpose, z.tobytes() + str(z.shape).encode(), _native.active_isa())
+    key = (id(const), transpose, z.tobytes() + str(z.shape).encode(), saturating, _native.active_isa())
     sample = const_fingerprint(const)  # a constant changed in place since is packed again
     hit = _PACKED.get(key)
     if hit is not None and hit[0]() is const and hit[1] == sample:
         return hit[2], n
-    packed = _pack(w, _zero_point_arg(z))
+    packed = _pack(w, _zero_point_arg(z), saturating)
     try:
         ref = weakref.ref(const, lambda r, k=key: _forget(k, r))
     except TypeError:  # a constant that cannot be referenced weakly: not shared
@@ -387,9 +392,32 @@ def _prepack(b: Value | None, zb: Value | None, *, transpose: bool = False) -> t
     return packed, n
 
 
-def _kernel_name(base: str, a: np.dtype | None, b: np.dtype | None, prepacked: bool) -> str:
+def _saturating(node: Node, a: Value | None) -> bool:
+    """Whether ``node`` computes uint8 A times int8 B with (QM1)'s saturating pairs (the
+    session's ``saturating_pairs``, rules/ort_float_functions.py); ``a`` None: the op
+    quantizes A to uint8 itself."""
+    b_dt = _dtype(node.input(1))
+    return bool(node.attrs.get("saturating_pairs")) and b_dt == _I8 and (a is None or _dtype(a) == _U8)
+
+
+def _prepack_saturating(b: Value | None, zb: Value | None) -> tuple[Any, str]:
+    """(packed b, "") for (QM1), or (None, the reason the twin computes the node)."""
+    try:
+        packed, _ = _prepack(b, zb, saturating=True)
+    except ValueError as e:  # a CPU without AVX2
+        return None, f"saturating pairs: {e}"
+    if packed is None:
+        return None, "saturating pairs (QM1) are prepacked: B and b_zero_point must be constants, B of rank 2"
+    return packed, ""
+
+
+def _kernel_name(
+    base: str, a: np.dtype | None, b: np.dtype | None, prepacked: bool, saturating: bool = False
+) -> str:
     pair = f"{_SHORT.get(a, 'f32')}{_SHORT.get(b, '')}"
-    return f"native:{base}_{pair}" + ("" if prepacked else "_runtime_b")
+    return (
+        f"native:{base}_{pair}" + ("" if prepacked else "_runtime_b") + ("_saturating" if saturating else "")
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -696,10 +724,13 @@ def _matmul_integer_native(
     b_zero_point: np.ndarray | None = None,
     *,
     packed: Any = None,
+    saturating_pairs: int = 0,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """MatMulInteger (int32 out) on qgemm: per-row a_zero_point, per-column b_zero_point."""
+    """MatMulInteger (int32 out) on qgemm: per-row a_zero_point, per-column b_zero_point;
+    ``saturating_pairs``: ``packed`` is (QM1)'s (the binder's)."""
     inputs = (a, b, a_zero_point, b_zero_point)
+    attrs = {"saturating_pairs": saturating_pairs} if saturating_pairs else {}
 
     def fast() -> np.ndarray:
         if a.dtype not in _EIGHT_BIT or b.dtype not in _EIGHT_BIT:
@@ -711,9 +742,11 @@ def _matmul_integer_native(
             raise _Unsupported
         za = a_param(a_zero_point, a.shape, "a_zero_point")
         zb = np.zeros((), np.int64) if packed is not None else b_param(b_zero_point, b.shape, "b_zero_point")
+        if saturating_pairs and a.dtype != _U8:
+            raise _Unsupported
         return _gemm(a, b, za, zb, "int32", packed=packed, num_threads=_threads(ctx), out=out)
 
-    return _call("MatMulInteger", "", ctx, inputs, {}, out, fast)
+    return _call("MatMulInteger", "", ctx, inputs, attrs, out, fast)
 
 
 @register_binder("MatMulInteger")
@@ -728,9 +761,14 @@ def bind_matmul_integer(model: Model, node: Node) -> tuple[Kernel | None, str]:
     reason = _check_zero_points("MatMulInteger", (("a_zero_point", za, a), ("b_zero_point", zb, b)))
     if reason:
         return None, reason
-    packed, _ = _prepack(b, zb)
+    if _saturating(node, a):
+        packed, reason = _prepack_saturating(b, zb)
+        if packed is None:
+            return None, reason
+    else:
+        packed, _ = _prepack(b, zb)
     params = {} if packed is None else {"packed": packed}
-    name = _kernel_name("matmul_integer", _dtype(a), _dtype(b), packed is not None)
+    name = _kernel_name("matmul_integer", _dtype(a), _dtype(b), packed is not None, _saturating(node, a))
     return Kernel(_matmul_integer_native, "native", name, params=params, out=True), ""
 
 
@@ -1009,9 +1047,11 @@ def _matmul_integer_to_float_native(
     packed: Any = None,
     multiplier: np.ndarray | None = None,
     direct: tuple | None = None,
+    saturating_pairs: int = 0,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """com.microsoft MatMulIntegerToFloat (float32) on qgemm. ``direct``: (a dtype, za,
+    """com.microsoft MatMulIntegerToFloat (float32) on qgemm (``saturating_pairs``: the
+    binder packed b for (QM1), and a uint8 a is checked). ``direct``: (a dtype, za,
     float bias or None, None) when b is prepacked and the scales, zero points and bias are
     constants, or (a dtype, None, float bias or None, b_scale) when only a_scale and
     a_zero_point come at run time: the call goes straight to the kernel."""
@@ -1049,8 +1089,11 @@ def _matmul_integer_to_float_native(
             except ValueError:
                 pass  # a shape the kernel refuses: the checked path below (or the twin) reports it
     inputs = (a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias)
+    attrs = {"saturating_pairs": saturating_pairs} if saturating_pairs else {}
 
     def fast() -> np.ndarray:
+        if saturating_pairs and a.dtype != _U8:
+            raise _Unsupported
         return _integer_to_float(
             a,
             b,
@@ -1065,7 +1108,7 @@ def _matmul_integer_to_float_native(
             out=out,
         )
 
-    return _call("MatMulIntegerToFloat", MS_DOMAIN, ctx, inputs, {}, out, fast)
+    return _call("MatMulIntegerToFloat", MS_DOMAIN, ctx, inputs, attrs, out, fast)
 
 
 def _dynamic_quantize_matmul_native(
@@ -1077,12 +1120,15 @@ def _dynamic_quantize_matmul_native(
     bias: np.ndarray | None = None,
     *,
     packed: Any = None,
+    saturating_pairs: int = 0,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
     """com.microsoft DynamicQuantizeMatMul: a quantized by the native DynamicQuantizeLinear
     (the reference's bytes, eq. (10); NumPy's five passes cost twice the GEMM at the few
-    rows of a transformer's tokens), the GEMM on qgemm."""
+    rows of a transformer's tokens), the GEMM on qgemm (``saturating_pairs``: the binder
+    packed b for (QM1))."""
     inputs = (a, b, b_scale, b_zero_point, bias)
+    attrs = {"saturating_pairs": saturating_pairs} if saturating_pairs else {}
 
     def fast() -> np.ndarray:
         if a.dtype != F32:
@@ -1102,11 +1148,14 @@ def _dynamic_quantize_matmul_native(
             out=out,
         )
 
-    return _call("DynamicQuantizeMatMul", MS_DOMAIN, ctx, inputs, {}, out, fast)
+    return _call("DynamicQuantizeMatMul", MS_DOMAIN, ctx, inputs, attrs, out, fast)
 
 
-def _bind_integer_to_float(op: str, b: Value | None, zb: Value | None, scales: tuple) -> tuple[Any, str]:
-    """Shared checks; (packed b or None, refusal reason or "")."""
+def _bind_integer_to_float(
+    op: str, b: Value | None, zb: Value | None, scales: tuple, saturating: bool = False
+) -> tuple[Any, str]:
+    """Shared checks; (packed b or None, refusal reason or ""); ``saturating``: b packed for
+    (QM1), refused when it cannot be."""
     b_dt = _dtype(b)
     if b_dt not in _EIGHT_BIT:
         return None, f"native {op} takes uint8/int8 B, got {_dtype_name(b_dt)}"
@@ -1114,6 +1163,8 @@ def _bind_integer_to_float(op: str, b: Value | None, zb: Value | None, scales: t
         dt = _dtype(v)
         if dt is not None and dt != F32:
             return None, f"native {op} takes float32 scales and bias, {name} is {dt}"
+    if saturating:
+        return _prepack_saturating(b, zb)
     packed = None
     w, z = _const(b), _const(zb)
     if (
@@ -1143,7 +1194,11 @@ def bind_matmul_integer_to_float(model: Model, node: Node) -> tuple[Kernel | Non
     if reason:
         return None, reason
     packed, reason = _bind_integer_to_float(
-        "MatMulIntegerToFloat", b, zb, (("a_scale", sa), ("b_scale", sb), ("bias", bias))
+        "MatMulIntegerToFloat",
+        b,
+        zb,
+        (("a_scale", sa), ("b_scale", sb), ("bias", bias)),
+        _saturating(node, a),
     )
     if reason:
         return None, reason
@@ -1181,7 +1236,7 @@ def bind_matmul_integer_to_float(model: Model, node: Node) -> tuple[Kernel | Non
         sb_arg = s_b.reshape(()) if _is_scalar(s_b) else np.ascontiguousarray(s_b)
         fb = None if bias is None else np.ascontiguousarray(c_bias)
         params["direct"] = (a_dt, None, fb, sb_arg)
-    name = _kernel_name("matmul_integer_to_float", a_dt, _dtype(b), packed is not None)
+    name = _kernel_name("matmul_integer_to_float", a_dt, _dtype(b), packed is not None, _saturating(node, a))
     specialize = None
     if "direct" in params:
         specialize = _matmul_integer_to_float_specialized
@@ -1193,7 +1248,12 @@ def bind_matmul_integer_to_float(model: Model, node: Node) -> tuple[Kernel | Non
 
 
 def _matmul_integer_to_float_specialized(
-    sig: Specialization, *, packed: Any, direct: tuple, multiplier: np.ndarray | None = None
+    sig: Specialization,
+    *,
+    packed: Any,
+    direct: tuple,
+    multiplier: np.ndarray | None = None,
+    saturating_pairs: int = 0,
 ) -> Callable[..., Any] | None:
     """MatMulIntegerToFloat on a prepacked b (``direct`` set by the binder) for one A
     shape: qgemm called by position. With constant scales the multiplier is the binder's;
@@ -1206,7 +1266,12 @@ def _matmul_integer_to_float_specialized(
     a_dt, za0, fb, sb = direct
     if shape is None or not shape or sig.dtypes[0] != a_dt:
         return None
-    params = {"packed": packed, "direct": direct, "multiplier": multiplier}
+    params = {
+        "packed": packed,
+        "direct": direct,
+        "multiplier": multiplier,
+        "saturating_pairs": saturating_pairs,
+    }
     threads = step_threads(sig, math.prod(shape) * packed.N, SMALL_MACS)
     qcall, out = _native.qgemm_call_float, sig.out
     if multiplier is not None:
@@ -1231,7 +1296,9 @@ def _matmul_integer_to_float_specialized(
     )
 
 
-def _matmul_integer_to_float_runtime_b(sig: Specialization, *, multiplier: np.ndarray) -> Any:
+def _matmul_integer_to_float_runtime_b(
+    sig: Specialization, *, multiplier: np.ndarray, saturating_pairs: int = 0
+) -> Any:
     """MatMulIntegerToFloat with a run-time b (attention's Q·Kᵀ), constant scalar scales
     (the binder's multiplier) and zero points and bias that are constants or omitted: the
     generic kernel's checks (_integer_to_float) made here once, then _runtime_b_call,
@@ -1255,6 +1322,8 @@ def _matmul_integer_to_float_runtime_b(sig: Specialization, *, multiplier: np.nd
         if c is None or c.dtype != F32 or b_shape is None or c.shape != (b_shape[-1],):
             return None
         fb = np.ascontiguousarray(c)
+    if saturating_pairs:
+        return None  # (QM1) needs a prepacked b: the binder refuses such a node
     call = _runtime_b_call(sig, 1, zs[0], zs[1], "float32", fb, multiplier, 0)
     if call is None:
         return None
@@ -1279,11 +1348,15 @@ def bind_dynamic_quantize_matmul(model: Model, node: Node) -> tuple[Kernel | Non
     a_dt = _dtype(a)
     if a_dt is not None and a_dt != F32:
         return None, f"native DynamicQuantizeMatMul takes float32 A, got {a_dt}"
-    packed, reason = _bind_integer_to_float("DynamicQuantizeMatMul", b, zb, (("b_scale", sb), ("bias", bias)))
+    packed, reason = _bind_integer_to_float(
+        "DynamicQuantizeMatMul", b, zb, (("b_scale", sb), ("bias", bias)), _saturating(node, None)
+    )
     if reason:
         return None, reason
     params = {} if packed is None else {"packed": packed}
-    name = _kernel_name("dynamic_quantize_matmul", a_dt, _dtype(b), packed is not None)
+    name = _kernel_name(
+        "dynamic_quantize_matmul", a_dt, _dtype(b), packed is not None, _saturating(node, None)
+    )
     return Kernel(_dynamic_quantize_matmul_native, "native", name, params=params, out=True), ""
 
 

@@ -121,11 +121,15 @@ def _dq_lstm_native(
     )
 
 
-def _pack_direction(w: np.ndarray, zp: int) -> Any:
+def _pack_direction(w: np.ndarray, zp: int, saturating: bool = False) -> Any:
+    """``saturating``: int8 codes packed for docs/float-ops.md (QM1)'s saturating pairs (the
+    avx2 vpmaddubsw family: ORT's u8·s8 kernel without VNNI); uint8 ones stay exact, as
+    ORT's u8·u8 kernel."""
     from quanta.kernels import _native
 
-    fn = _native.pack_weights_s8 if w.dtype == np.int8 else _native.pack_weights_u8
-    return fn(np.ascontiguousarray(w), zp)
+    if w.dtype == np.int8:
+        return _native.pack_weights_s8(np.ascontiguousarray(w), zp, saturating=saturating)
+    return _native.pack_weights_u8(np.ascontiguousarray(w), zp)
 
 
 @register_binder("DynamicQuantizeLSTM", MS_DOMAIN)
@@ -160,10 +164,11 @@ def bind_dynamic_quantize_lstm(model: Model, node: Node) -> tuple[Kernel | None,
         if k is not None and t.shape[1] != k:
             return None, f"R must be [{D}, {H}, {4 * H}], got {list(t.shape)}"
     packed_w, packed_r, w_mult, r_mult = [], [], [], []
+    sat = bool(a.get("saturating_pairs"))  # the session's ORT arithmetic (ms_lstm eq. (2))
     try:
         for d in range(D):
-            packed_w.append(_pack_direction(w[d], _weight_zero_point(wz, d, "W_zero_point")))
-            packed_r.append(_pack_direction(r[d], _weight_zero_point(rz, d, "R_zero_point")))
+            packed_w.append(_pack_direction(w[d], _weight_zero_point(wz, d, "W_zero_point"), sat))
+            packed_r.append(_pack_direction(r[d], _weight_zero_point(rz, d, "R_zero_point"), sat))
             w_mult.append(_direction_scale(ws, d, 4 * H, "W_scale"))
             r_mult.append(_direction_scale(rs, d, 4 * H, "R_scale"))
     except (OpError, IndexError, ValueError) as e:
@@ -174,7 +179,9 @@ def bind_dynamic_quantize_lstm(model: Model, node: Node) -> tuple[Kernel | None,
         "w_mult": np.ascontiguousarray(np.stack(w_mult), F32),
         "r_mult": np.ascontiguousarray(np.stack(r_mult), F32),
     }
-    kind = "u8" if w.dtype == np.uint8 else "s8"
+    kind = ("u8" if w.dtype == np.uint8 else "s8") + (
+        "_saturating" if sat and np.int8 in (w.dtype, r.dtype) else ""
+    )
     return Kernel(
         _dq_lstm_native, "native", f"native:dq_lstm_{kind}", params=params, specialize=_dq_lstm_specialized
     ), ""

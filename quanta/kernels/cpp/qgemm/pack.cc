@@ -61,11 +61,15 @@ void pack_panels(const void* w, bool w_unsigned, int64_t K, int64_t N, int64_t s
 }  // namespace
 
 std::shared_ptr<PackedWeights> pack_weights(const void* w, bool w_unsigned, int64_t K, int64_t N, int64_t w_row_stride,
-                                            const int32_t* zero_point, bool zero_point_per_channel, Isa isa) {
+                                            const int32_t* zero_point, bool zero_point_per_channel, Isa isa,
+                                            bool saturating) {
   if (K < 0 || N < 0 || w_row_stride < N) throw std::invalid_argument("pack_weights: bad dimensions");
+  if (saturating && (isa != Isa::kAvx2 || w_unsigned)) {
+    throw std::invalid_argument("pack_weights: saturating pairs are the avx2 family's, of int8 weights");
+  }
   auto pw = std::make_shared<PackedWeights>();
   pw->isa = isa;
-  pw->narrow = isa == Isa::kAvx2 && weights_fit_7_bits(w, w_unsigned, K, N, w_row_stride);
+  pw->narrow = isa == Isa::kAvx2 && (saturating || weights_fit_7_bits(w, w_unsigned, K, N, w_row_stride));
   const KernelFamily& li = kernel_family(*pw);
   pw->nr = li.nr;
   pw->kr = li.kr;

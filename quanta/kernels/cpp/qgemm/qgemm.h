@@ -135,8 +135,9 @@ struct PackedWeights {
   int64_t K = 0, N = 0, Kp = 0, n_panels = 0;
   bool weights_unsigned = false;  // packed from uint8 weights (w' = w − 128)
   bool has_zero_point = false;    // some zw'[n] != 0: the row-sum term is needed
-  // avx2 only: every w' in [-64, 64] (7-bit weights), packed for the vpmaddubsw family
-  // (kernel.h Avx2NarrowLayout) instead of the int16-product one
+  // avx2 only: packed for the vpmaddubsw family (kernel.h Avx2NarrowLayout) instead of
+  // the int16-product one: every w' in [-64, 64] (7-bit weights, exact there), or asked
+  // for by pack_weights' `saturating`
   bool narrow = false;
   AlignedBuffer data;
   AlignedBuffer column_sums;  // int32 [n_panels·nr]: cs[n] = Σ_k (w[k,n] − zw[n])
@@ -150,8 +151,13 @@ struct PackedWeights {
 // Packs w [K, N] (row stride w_row_stride elements) for `isa`. zero_point has N entries,
 // or 1 when zero_point_per_channel is false. Weights int8 (w_unsigned = false, zw in
 // [-128, 127]) or uint8 (zw in [0, 255]); the caller checks the ranges.
+// `saturating` (int8 weights, isa avx2 only): the vpmaddubsw family whatever the weights'
+// range, so the pair sums x'[2j]·w[2j] + x'[2j+1]·w[2j+1] of raw uint8 x and int8 w
+// saturate to int16 as ONNX Runtime's u8·s8 kernels without VNNI compute them
+// (MlasGemmU8S8KernelAvx2; docs/float-ops.md (QC2), (QM1)); the zero-point terms stay exact.
 std::shared_ptr<PackedWeights> pack_weights(const void* w, bool w_unsigned, int64_t K, int64_t N, int64_t w_row_stride,
-                                            const int32_t* zero_point, bool zero_point_per_channel, Isa isa);
+                                            const int32_t* zero_point, bool zero_point_per_channel, Isa isa,
+                                            bool saturating = false);
 
 // Scratch owned by the caller (one call at a time).
 class Workspace {
