@@ -514,3 +514,156 @@ def test_conv_accumulators_beyond_float64_fast_conversion(y_dt):
         _native.clear_isa()
     assert len(np.unique(want)) > 6
     every_isa(lambda isa: np.testing.assert_array_equal(run(), want, err_msg=isa))
+
+
+def _spread_case(rng, x_dt, w_dt, y_dt, n, c, m_out, hw, kernel, group=1, near_limits=False):
+    """A convolution whose outputs spread over y's range: per-channel weights and scales,
+    zero points far from 0, int32 bias; with ``near_limits`` a third of x at ±32767 (its
+    type's ends)."""
+    x = _rand(rng, x_dt, (n, c, *hw))
+    if near_limits:
+        i = np.iinfo(x_dt)
+        x.reshape(-1)[::3] = i.max
+        x.reshape(-1)[1::7] = i.min + 1
+    w = _rand(rng, w_dt, (m_out, c // group, *kernel))
+    zw = _rand(rng, w_dt, (m_out,))
+    sw = rng.uniform(0.5, 2.0, m_out).astype(F32)
+    b = rng.integers(-(2**20), 2**20, m_out).astype(np.int32)
+    k = c // group * kernel[0] * kernel[1]
+    # the zero points' offsets add up over K (x − zx and w − zw need not average 0)
+    span = k * 65536.0 * (np.iinfo(w_dt).max - np.iinfo(w_dt).min) / 4
+    iy = np.iinfo(y_dt)
+    sy = F32(0.003 * span / (int(iy.max) - int(iy.min)))
+    zy = y_dt((int(iy.min) + int(iy.max)) // 2 + 5)
+    zx = _rand(rng, x_dt, ())
+    return (x, F32(0.003), zx, w, sw, zw, sy, zy, b)
+
+
+@pytest.mark.parametrize("y_dt", OUT)
+@pytest.mark.parametrize(("x_dt", "w_dt"), [(np.int16, np.int8), (np.uint16, np.uint8), (np.int16, np.uint8)])
+@pytest.mark.parametrize(
+    ("c", "m_out", "hw"),
+    [(3, 7, (7, 11)), (7, 17, (5, 16)), (17, 3, (1, 5)), (300, 13, (3, 7)), (8, 8, (16, 19))],
+)
+def test_direct_pointwise_matches_the_twin(y_dt, x_dt, w_dt, c, m_out, hw):
+    """The direct 1×1 kernel (a16w8.h DirectStrip, AVX2): flat strips of 16 pixels and a tail
+    (77, 80, 5, 21, 304 pixels), channel blocks of up to 6 (3, 7, 17, 13, 8 output channels),
+    odd and even K, K = 300 > 258 (the scanned bound: full-range 8-bit weights fail it for
+    some channels, so those calls take the GEMM), per-channel zero points (the dw term moved
+    into the weight), inputs at their type's ends, every output type, 1 and 2 threads."""
+    rng = np.random.default_rng(c * 1000 + m_out)
+    args = _spread_case(rng, x_dt, w_dt, y_dt, 1, c, m_out, hw, (1, 1), near_limits=True)
+    want = qlinear_conv16(*args)
+    assert len(np.unique(want)) > min(10, want.size // 8)
+    every_isa(
+        lambda isa: [
+            np.testing.assert_array_equal(_native_conv(*args, t), want, err_msg=f"{isa} {t}") for t in (1, 2)
+        ]
+    )
+
+
+def test_direct_pointwise_long_reduction_within_the_scanned_bound():
+    """K = 777 with small weights (|w − zw| ≤ 12): beyond the unscanned bound
+    (32768·K·(255 + |dw|)), within the scanned one, so the whole K stays in int32 lanes."""
+    rng = np.random.default_rng(21)
+    x = _rand(rng, np.int16, (2, 777, 5, 7))
+    x.reshape(-1)[::2] = 32767
+    w = rng.integers(-5, 8, (17, 777, 1, 1)).astype(np.int8)
+    zw = rng.integers(-4, 5, 17).astype(np.int8)
+    args = (
+        x,
+        F32(0.001),
+        np.int16(-3),
+        w,
+        rng.uniform(0.5, 2, 17).astype(F32),
+        zw,
+        F32(2.0),
+        np.int16(9),
+        None,
+    )
+    want = qlinear_conv16(*args)
+    assert len(np.unique(want)) > 50
+    every_isa(
+        lambda isa: [
+            np.testing.assert_array_equal(_native_conv(*args, t), want, err_msg=f"{isa} {t}") for t in (1, 2)
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("kernel", "attrs", "hw", "group"),
+    [
+        ((3, 3), dict(pads=[1, 1, 1, 1]), (19, 21), 1),
+        ((3, 3), dict(pads=[0, 2, 1, 0], dilations=[2, 1]), (9, 35), 1),
+        ((2, 2), {}, (2, 2), 1),
+        ((3, 5), dict(pads=[2, 1, 0, 3]), (6, 17), 2),
+        ((1, 1), dict(pads=[1, 0, 0, 2]), (4, 5), 1),
+        ((3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), (33, 40), 1),
+        ((3, 2), dict(strides=[1, 3], dilations=[1, 2], pads=[0, 1, 2, 0]), (8, 50), 1),
+        ((1, 1), dict(strides=[2, 2]), (7, 9), 1),
+    ],
+)
+@pytest.mark.parametrize(("x_dt", "y_dt"), [(np.int16, np.int16), (np.uint16, np.uint8)])
+def test_direct_rows_match_the_twin(kernel, attrs, hw, group, x_dt, y_dt):
+    """The direct kernel's row strips (kh·kw > 1, pads or strides: the zx-padded copy in
+    column phases): 3 and 7 input channels per group, 1, 7 and 17 output channels, output
+    rows of 1 to 35 pixels, strides 2 and 3 (the stem's 3×3 stride 2), dilations, asymmetric
+    pads, a grouped convolution, 1 and 2 threads."""
+    rng = np.random.default_rng(hw[0] * 100 + hw[1])
+    for c, m_out in ((3 * group, 17 if group == 1 else 14), (7 * group, 1 * group), (7 * group, 7 * group)):
+        args = _spread_case(rng, x_dt, np.int8, y_dt, 2, c, m_out, hw, kernel, group=group, near_limits=True)
+        want = qlinear_conv16(*args, group=group, **attrs)
+        assert len(np.unique(want)) > min(10, want.size // 8)
+        every_isa(
+            lambda isa, args=args, want=want: [
+                np.testing.assert_array_equal(
+                    _native_conv(*args, t, group=group, **attrs), want, err_msg=f"{isa} {t}"
+                )
+                for t in (1, 2)
+            ]
+        )
+
+
+@pytest.mark.parametrize("excess", [0, 1, 2])
+def test_direct_int32_bound_at_its_edge(excess):
+    """|Σ W''·X' + c0| at 2^31 − 1 (excess 0) and beyond (excess 1: −2^31, 2: the driver
+    must send the call to the GEMM, as int32 lanes would wrap): K = 256 weights w − zw = 255 (int8 127 with
+    zw = −128: the loose bound fails on |dw| = 128, the scan gives 255·256) against
+    X' = −32768, zx = 0 (c0 = bias), bias −(2^31 − 1 − 255·256·32768) − excess."""
+    k = 256
+    x = np.full((1, k, 3, 18), -32768, np.int16)
+    x[0, :, 1, :] = 1000  # other pixels with ordinary sums
+    w = np.full((2, k, 1, 1), 127, np.int8)
+    zw = np.array([-128, -128], np.int8)
+    edge = 2**31 - 1 - 255 * 256 * 32768
+    b = np.array([-(edge + excess), 5], np.int32)
+    args = (x, F32(1.0), np.int16(0), w, np.ones(2, F32), zw, F32(2.0**20), np.int16(0), b)
+    want = qlinear_conv16(*args)
+    assert want[0, 0, 0, 0] == round(-(2**31 - 1 + excess) / 2**20)
+    every_isa(
+        lambda isa: [
+            np.testing.assert_array_equal(_native_conv(*args, t), want, err_msg=f"{isa} {t}") for t in (1, 2)
+        ]
+    )
+
+
+@pytest.mark.parametrize(("x_dt", "w_dt"), [(np.int16, np.int8), (np.uint16, np.int8), (np.int16, np.uint8)])
+def test_direct_symmetric_weights(x_dt, w_dt):
+    """Blocks whose zero points are all 0 (symmetric int8 weights, mp_pose's file: the tile
+    without the int16 dw add) next to a block with one nonzero zero point: 17 output channels
+    in blocks of 6, 6, 5, 1×1 and 3×3."""
+    rng = np.random.default_rng(17)
+    for kernel, attrs in (((1, 1), {}), ((3, 3), dict(pads=[1, 1, 1, 1]))):
+        args = list(_spread_case(rng, x_dt, w_dt, np.int16, 1, 9, 17, (6, 21), kernel, near_limits=True))
+        # uint8 weights: zw = 128 (dw = −128, the int16 add in every block)
+        zw = np.zeros(17, w_dt) if w_dt == np.int8 else np.full(17, 128, w_dt)
+        zw[14] = 3
+        args[5] = zw
+        want = qlinear_conv16(*args, **attrs)
+        assert len(np.unique(want)) > 50
+        every_isa(
+            lambda isa, args=args, want=want, attrs=attrs: [
+                np.testing.assert_array_equal(_native_conv(*args, t, **attrs), want, err_msg=f"{isa} {t}")
+                for t in (1, 2)
+            ]
+        )

@@ -242,11 +242,139 @@ void fill_panel(const T* xg, int64_t oa, int16_t pad, const ConvGeom& g, int64_t
   }
 }
 
+// The direct convolution (a16w8.h DirectStrip, AVX2): false when it does not apply (the
+// caller then runs the GEMM). Its conditions: one weight plane, 16-bit input, and
+// per output channel |dw| ≤ 32767 − 255 and the int32 bound of a16w8.h.
+bool conv2d_direct(const void* x, Elem x_elem, int64_t zx, const ConvGeom& g, const Packed* w, const Epilogue& ep,
+                   void* y, int threads) {
+  if ((x_elem != Elem::kU16 && x_elem != Elem::kI16) || w[0].planes != 1) return false;
+  if (g.batch <= 0 || g.oh <= 0 || g.ow <= 0) return false;  // no output: the GEMM driver returns at once
+  const int64_t cg = g.c / g.group, mg = g.m / g.group, k = w[0].k, lda = 2 * ((k + 1) / 2);
+  if (k != cg * g.kh * g.kw || k <= 0 || mg <= 0) return false;
+  constexpr int64_t kInt32Max = (int64_t{1} << 31) - 1;
+  std::vector<int32_t> c0(static_cast<size_t>(g.m));
+  for (int64_t n = 0; n < g.m; ++n) {
+    const int64_t dw = ep.dw[n];
+    if (dw < -(32767 - 255) || dw > 32767 - 255) return false;
+    // eq. (A3)'s constant; |da| ≤ 65535, |cw| ≤ 255·K: no int64 overflow for K < 2^32
+    const int64_t c = ep.da * ep.cw[n] + k * ep.da * dw + (ep.bias ? ep.bias[n] : 0);
+    const int64_t ac = c < 0 ? -c : c, adw = dw < 0 ? -dw : dw;
+    if (ac > kInt32Max) return false;
+    if (k > kInt32Max / 32768 / (255 + adw) || 32768 * k * (255 + adw) > kInt32Max - ac) {
+      // the scanned Σ_k |W''[n, k]| (a16w8.h): most trained weights are far below 255
+      const int16_t* row = w[n / mg].data + (n % mg) * lda;
+      int64_t a = 0;
+      for (int64_t i = 0; i < k; ++i) {
+        const int64_t v = row[i] + dw;
+        a += v < 0 ? -v : v;
+      }
+      if (a > (kInt32Max - ac) / 32768) return false;
+    }
+    c0[static_cast<size_t>(n)] = static_cast<int32_t>(c);
+  }
+  // the input as read: x itself when every tap of every output lies inside it and the
+  // columns step by 1, else a copy padded with zx (the real value 0) to the extent the
+  // outputs read, each row in sw column phases (column c at phase c mod sw, index c / sw:
+  // a16w8.h), so that an output row's tap reads 16 consecutive values at any stride
+  const int64_t hs_need = (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1;
+  const int64_t ws_need = (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1;
+  const bool inside = g.sw == 1 && g.pt == 0 && g.pl == 0 && hs_need <= g.h && ws_need <= g.w;
+  const int64_t wr = inside ? g.w : (ws_need + g.sw - 1) / g.sw;             // one phase's columns
+  const int64_t hs = inside ? g.h : hs_need, rs = inside ? g.w : g.sw * wr;  // rows, row size
+  std::vector<int16_t> padded;
+  const int16_t* src = static_cast<const int16_t*>(x);  // uint16 codes read as int16 (the kernel flips the sign bit)
+  if (!inside) {
+    padded.resize(static_cast<size_t>(g.batch * g.c * hs * rs));
+    const int16_t zpad = static_cast<int16_t>(static_cast<uint16_t>(zx));  // zx's 16 bits in either type
+    qgemm::parallel_ranges(threads, g.batch * g.c, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        const int16_t* xs = src + p * g.h * g.w;
+        int16_t* dst = padded.data() + p * hs * rs;
+        for (int64_t iy = 0; iy < hs; ++iy) {
+          const int64_t sy = iy - g.pt;
+          int16_t* d = dst + iy * rs;
+          if (sy < 0 || sy >= g.h) {
+            std::fill(d, d + rs, zpad);
+            continue;
+          }
+          // gather_row: phase r's column i is padded column r + sw·i, input column r + sw·i − pl
+          for (int64_t r = 0; r < g.sw; ++r) gather_row(xs + sy * g.w, r - g.pl, g.sw, g.w, wr, 0, zpad, d + r * wr);
+        }
+      }
+    });
+    src = padded.data();
+  }
+  std::vector<int64_t> off(static_cast<size_t>(k)), tail_off(static_cast<size_t>(k));
+  for (int64_t kk = 0; kk < k; ++kk) {
+    const int64_t ch = kk / (g.kh * g.kw), ky = (kk / g.kw) % g.kh, kx = kk % g.kw;
+    const int64_t col = kx * g.dw;  // the tap's padded column for output column 0
+    off[static_cast<size_t>(kk)] = ch * hs * rs + ky * g.dh * rs + (col % g.sw) * wr + col / g.sw;
+    tail_off[static_cast<size_t>(kk)] = 16 * kk;
+  }
+  // strips: the flat plane in chunks (1×1 reading x itself with ow = w: output pixel p reads
+  // x[p]), else output rows in chunks; a chunk's K × pixels of input stay in L1 where they can
+  const int64_t P = g.oh * g.ow;
+  const bool flat = inside && g.kh == 1 && g.kw == 1 && g.sh == 1 && g.ow == g.w;
+  const int64_t budget = std::max<int64_t>(16, (16384 / (2 * k)) / 16 * 16);  // pixels per chunk
+  const int64_t per_chunk = flat ? std::min<int64_t>(budget, 1024) : std::max<int64_t>(1, budget / g.ow);
+  const int64_t chunks = ((flat ? P : g.oh) + per_chunk - 1) / per_chunk;
+  const int64_t nblocks = (mg + kDirectMR - 1) / kDirectMR;
+  const int64_t px_jobs = g.batch * g.group * chunks;
+  // too few pixel chunks for the threads: the channel blocks split too (each output is
+  // computed the same way whichever job holds it)
+  const int64_t cchunks =
+      threads > 1 && px_jobs < 4 * threads ? std::min(nblocks, (4 * threads + px_jobs - 1) / px_jobs) : 1;
+  const int nthreads = threads < 1 ? 1 : threads;
+  std::vector<int16_t> tails(static_cast<size_t>(nthreads * lda * 16));
+  const size_t ysize = ep.out == Elem::kU8 || ep.out == Elem::kI8 ? 1 : 2;
+  auto body = [&](int64_t job, int thread) {
+    const int64_t cc = job % cchunks, pj = job / cchunks;
+    const int64_t chunk = pj % chunks, ig = pj / chunks, grp = ig % g.group, img = ig / g.group;
+    DirectStrip s;
+    s.off = off.data();
+    s.k = k;
+    s.u16 = x_elem == Elem::kU16;
+    s.w = w[grp].data;
+    s.lda = lda;
+    s.dw = ep.dw + grp * mg;
+    s.c0 = c0.data() + grp * mg;
+    s.mult = ep.mult + grp * mg;
+    s.zy = ep.zy;
+    s.out = ep.out;
+    s.y_stride = P;
+    s.mg = mg;
+    s.nblocks = nblocks;
+    s.b0 = cc * nblocks / cchunks;
+    s.b1 = (cc + 1) * nblocks / cchunks;
+    s.tail = tails.data() + thread * lda * 16;
+    s.tail_off = tail_off.data();
+    const int16_t* xg = src + (img * g.c + grp * cg) * hs * rs;
+    char* yg = static_cast<char*>(y) + static_cast<size_t>((img * g.m + grp * mg) * P) * ysize;
+    const int64_t u0 = chunk * per_chunk, u1 = std::min((flat ? P : g.oh), u0 + per_chunk);
+    if (flat) {
+      s.x = xg + u0;
+      s.y = yg + static_cast<size_t>(u0) * ysize;
+      s.len = u1 - u0;
+      direct_strip_avx2(s);
+      return;
+    }
+    for (int64_t oy = u0; oy < u1; ++oy) {
+      s.x = xg + oy * g.sh * rs;
+      s.y = yg + static_cast<size_t>(oy * g.ow) * ysize;
+      s.len = g.ow;
+      direct_strip_avx2(s);
+    }
+  };
+  qgemm::parallel_for(threads, px_jobs * cchunks, body);
+  return true;
+}
+
 }  // namespace
 
 void conv2d(const void* x, Elem x_elem, int64_t zx, const ConvGeom& g, const Packed* w, const Epilogue& ep, void* y,
             int threads) {
   const Isa isa = select_kernel("a16w8", "s16s16->s64")->isa;
+  if (isa == Isa::kAvx2 && conv2d_direct(x, x_elem, zx, g, w, ep, y, threads)) return;
   const MicroKernel uk = select_ukernel(isa);
   const RowKernels& rk = row_kernels(isa);
   const int64_t oa = elem_offset(x_elem);

@@ -113,6 +113,48 @@ struct ConvGeom {
 void conv2d(const void* x, Elem x_elem, int64_t zx, const ConvGeom& g, const Packed* w, const Epilogue& ep, void* y,
             int threads);
 
+// The direct convolution (AVX2; a16w8.cc conv2d takes it for convolutions with one weight
+// plane and 16-bit activations when its int32 bound holds, else the GEMM above). Output
+// pixels run along the flat plane (1×1, stride 1, no pads: x itself) or along one output
+// row (else: from a copy of the input padded with zx, each row in sw column phases, column
+// c at phase c mod sw and index c / sw, so that at any stride the 16 outputs of a tap read
+// 16 consecutive values), 16 at a time; for input index k the kernel reads x[off[k] + j],
+// so no im2col panel is built. For an
+// output channel n, W''[n, k] = W'[n, k] + dw[n] = w − zw (eq. (A3): the dw·RX term moves
+// into the weight, and no pixel sums are needed), added to the broadcast weight pair as
+// int16 (|W'| ≤ 255 for one plane, |dw| ≤ 32512: no wrap). vpmaddwd multiplies the
+// (X'[k], X'[k + 1]) pairs of 8 pixels (vpunpck{l,h}wd of two input rows) by
+// (W''[n, k], W''[n, k + 1]); the sums stay in int32 for the whole K, exact because
+//   |Σ_k W''·X' + c0[n]| ≤ 32768 · Σ_k |W''[n, k]| + |c0[n]| ≤ 2^31 − 1
+// (every partial sum has the same bound), which the driver checks per channel: first as
+// 32768 · K · (255 + |dw|) + |c0| (no scan), else with the scanned Σ_k |W''|; a channel
+// beyond it sends the whole call to the GEMM. c0[n] = da·CW'[n] + K·da·dw[n] + bias[n], so
+// v = Σ W''·X' + c0 is eq. (A3)'s sum, converted to float32 by vcvtdq2ps (the rounding of
+// the scalar int64 -> float32 conversion of the same integer), then requantized as
+// RowKernels::requant (eq. (A4)): the same bytes as the GEMM path.
+struct DirectStrip {
+  const int16_t* x;    // input element of channel k = 0 at the strip's first pixel (raw codes)
+  const int64_t* off;  // [K] element offset of input channel k from x
+  int64_t k;           // reduction length K
+  bool u16;            // X' = x − 32768 (uint16 input: the sign bit flipped), else X' = x
+  const int16_t* w;    // the group's W' rows [mg][lda] (one plane)
+  int64_t lda;         // 2·ceil(K / 2)
+  const int64_t* dw;   // [mg] ow − zw
+  const int32_t* c0;   // [mg] the eq. (A3) constant (checked: see above)
+  const float* mult;   // [mg]
+  int64_t zy;
+  Elem out;
+  void* y;                  // output element of the group's channel 0 at the strip's first pixel
+  int64_t y_stride;         // elements between output channels (OH·OW)
+  int64_t len;              // output pixels in the strip
+  int64_t mg, nblocks;      // the group's channels, split evenly into nblocks blocks of ≤ kDirectMR
+  int64_t b0, b1;           // the blocks this strip computes
+  int16_t* tail;            // scratch [2·ceil(K / 2)][16] for the last len % 16 pixels
+  const int64_t* tail_off;  // [K] = 16·k
+};
+constexpr int kDirectMR = 6;  // output channels per tile: 12 ymm accumulators of 16 pixels
+void direct_strip_avx2(const DirectStrip& s);
+
 // Depthwise (c/group = m/group = 1): wd[m][kh·kw] = w − zw as int32, kh·kw below
 // kMaxDepthwiseTaps; exact sums. Per channel, the input is laid out in `sw` column phases
 // (column c of the padded plane in phase c mod sw at c / sw), so that every tap of an

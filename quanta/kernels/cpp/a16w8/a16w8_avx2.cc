@@ -213,3 +213,147 @@ void requant_row(const int64_t* hi, const int64_t* lo, const int64_t* rx, int64_
 const RowKernels kRowsAvx2 = {dw_row, dw_pairs, requant_row};
 }  // namespace a16w8
 }  // namespace quanta
+
+namespace quanta {
+namespace a16w8 {
+namespace {
+
+// One tile of the direct convolution (a16w8.h DirectStrip): MR output channels × 16 pixels,
+// the whole K in int32 lanes (the driver's bound), written to acc [MR][16] in pixel order.
+// vpunpcklwd of rows k, k + 1 holds the pairs of pixels 0-3 and 8-11, vpunpckhwd those of
+// 4-7 and 12-15; vperm2i128 puts the sums back in order.
+template <int MR, bool kU16, bool kDw>
+void direct_tile(const int16_t* x, const int64_t* off, int64_t k, const int16_t* w, int64_t lda, const int64_t* dw,
+                 int32_t* acc) {
+  __m256i a0[MR], a1[MR], dwv[MR];
+  for (int r = 0; r < MR; ++r) {
+    a0[r] = a1[r] = _mm256_setzero_si256();
+    dwv[r] = _mm256_set1_epi16(static_cast<int16_t>(kDw ? dw[r] : 0));
+  }
+  const __m256i flip = _mm256_set1_epi16(INT16_MIN);
+  auto step = [&](__m256i xa, __m256i xb, int64_t kk) {
+    if (kU16) {
+      xa = _mm256_xor_si256(xa, flip);
+      xb = _mm256_xor_si256(xb, flip);
+    }
+    const __m256i lo = _mm256_unpacklo_epi16(xa, xb), hi = _mm256_unpackhi_epi16(xa, xb);
+    for (int r = 0; r < MR; ++r) {
+      __m256i wv = _mm256_set1_epi32(pair(w + r * lda + kk));
+      if (kDw) wv = _mm256_add_epi16(wv, dwv[r]);
+      a0[r] = _mm256_add_epi32(a0[r], _mm256_madd_epi16(lo, wv));
+      a1[r] = _mm256_add_epi32(a1[r], _mm256_madd_epi16(hi, wv));
+    }
+  };
+  auto row = [&](int64_t kk) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + off[kk])); };
+  int64_t kk = 0;
+  for (; kk + 2 <= k; kk += 2) step(row(kk), row(kk + 1), kk);
+  // odd K: the last pair's second row is X' = 0 (its weight W'' = dw is then multiplied by 0)
+  if (kk < k) step(row(kk), kU16 ? flip : _mm256_setzero_si256(), kk);
+  for (int r = 0; r < MR; ++r) {
+    auto* dst = reinterpret_cast<__m256i*>(acc + r * 16);
+    _mm256_storeu_si256(dst, _mm256_permute2x128_si256(a0[r], a1[r], 0x20));
+    _mm256_storeu_si256(dst + 1, _mm256_permute2x128_si256(a0[r], a1[r], 0x31));
+  }
+}
+
+using DirectTile = void (*)(const int16_t*, const int64_t*, int64_t, const int16_t*, int64_t, const int64_t*, int32_t*);
+
+template <int MR>
+DirectTile direct_tile_for(bool u16, bool has_dw) {
+  if (u16) return has_dw ? direct_tile<MR, true, true> : direct_tile<MR, true, false>;
+  return has_dw ? direct_tile<MR, false, true> : direct_tile<MR, false, false>;
+}
+
+DirectTile select_direct_tile(int mr, bool u16, bool has_dw) {
+  switch (mr) {
+    case 1: return direct_tile_for<1>(u16, has_dw);
+    case 2: return direct_tile_for<2>(u16, has_dw);
+    case 3: return direct_tile_for<3>(u16, has_dw);
+    case 4: return direct_tile_for<4>(u16, has_dw);
+    case 5: return direct_tile_for<5>(u16, has_dw);
+    default: return direct_tile_for<6>(u16, has_dw);
+  }
+}
+
+// eq. (A4) of 8 int32 sums v = s + c0 (exact in int32: the driver's bound), as
+// requant_row_t after its float64 step: vcvtdq2ps rounds the integer once, as the scalar
+// int64 -> float32 conversion does.
+template <typename T>
+inline void requant8_i32(__m256i v, __m256 vm, __m256 vlo, __m256 vhi, __m256i vzy, T* dst) {
+  __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(v), vm);
+  f = _mm256_min_ps(_mm256_max_ps(f, vlo), vhi);
+  const __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(f), vzy);
+  const __m128i q0 = _mm256_castsi256_si128(q), q1 = _mm256_extracti128_si256(q, 1);
+  if constexpr (sizeof(T) == 2) {
+    const __m128i w = std::is_same_v<T, uint16_t> ? _mm_packus_epi32(q0, q1) : _mm_packs_epi32(q0, q1);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), w);
+  } else {
+    const __m128i w = _mm_packs_epi32(q0, q1);
+    const __m128i b = std::is_same_v<T, uint8_t> ? _mm_packus_epi16(w, w) : _mm_packs_epi16(w, w);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), b);
+  }
+}
+
+template <typename T>
+void direct_strip_t(const DirectStrip& s) {
+  constexpr int64_t qmin = std::numeric_limits<T>::min(), qmax = std::numeric_limits<T>::max();
+  const __m256 vlo = _mm256_set1_ps(static_cast<float>(qmin - s.zy)),
+               vhi = _mm256_set1_ps(static_cast<float>(qmax - s.zy));
+  const __m256i vzy = _mm256_set1_epi32(static_cast<int32_t>(s.zy));
+  const int64_t full = s.len / 16 * 16;
+  if (full < s.len) {
+    // the last pixels, copied once per strip into 16-wide rows (the rest of a row is never stored)
+    const int64_t rest = s.len - full;
+    for (int64_t kk = 0; kk < s.k; ++kk) {
+      const int16_t* src = s.x + s.off[kk] + full;
+      int16_t* dst = s.tail + kk * 16;
+      for (int64_t j = 0; j < rest; ++j) dst[j] = src[j];
+      for (int64_t j = rest; j < 16; ++j) dst[j] = 0;
+    }
+  }
+  T* y = static_cast<T*>(s.y);
+  alignas(32) int32_t acc[kDirectMR * 16];
+  alignas(32) T part[16];
+  for (int64_t b = s.b0; b < s.b1; ++b) {
+    const int64_t n0 = b * s.mg / s.nblocks, n1 = (b + 1) * s.mg / s.nblocks;
+    const int mr = static_cast<int>(n1 - n0);
+    bool has_dw = false;
+    for (int64_t n = n0; n < n1; ++n) has_dw = has_dw || s.dw[n] != 0;
+    const DirectTile tile = select_direct_tile(mr, s.u16, has_dw);
+    for (int64_t j0 = 0; j0 < s.len; j0 += 16) {
+      const bool whole = j0 + 16 <= s.len;
+      if (whole) {
+        tile(s.x + j0, s.off, s.k, s.w + n0 * s.lda, s.lda, s.dw + n0, acc);
+      } else {
+        tile(s.tail, s.tail_off, s.k, s.w + n0 * s.lda, s.lda, s.dw + n0, acc);
+      }
+      for (int r = 0; r < mr; ++r) {
+        const int64_t n = n0 + r;
+        const __m256 vm = _mm256_set1_ps(s.mult[n]);
+        const __m256i vc0 = _mm256_set1_epi32(s.c0[n]);
+        T* dst = y + n * s.y_stride + j0;
+        for (int h = 0; h < 2; ++h) {
+          const __m256i v =
+              _mm256_add_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(acc + r * 16 + h * 8)), vc0);
+          requant8_i32<T>(v, vm, vlo, vhi, vzy, whole ? dst + h * 8 : part + h * 8);
+        }
+        if (!whole)
+          for (int64_t j = 0; j < s.len - j0; ++j) dst[j] = part[j];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void direct_strip_avx2(const DirectStrip& s) {
+  switch (s.out) {
+    case Elem::kU8: return direct_strip_t<uint8_t>(s);
+    case Elem::kI8: return direct_strip_t<int8_t>(s);
+    case Elem::kU16: return direct_strip_t<uint16_t>(s);
+    default: return direct_strip_t<int16_t>(s);
+  }
+}
+
+}  // namespace a16w8
+}  // namespace quanta
