@@ -110,10 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     nhwc = args.layout == "nhwc"
     total_q = total_o = 0.0
-    for name, count, *shape in LAYERS[args.model]:
+    for name, *numbers in LAYERS[args.model]:
         if args.only not in str(name):
             continue
-        p = problem(*(int(v) for v in shape))
+        count, *shape = (int(v) for v in numbers)
+        p = problem(*shape)
         q, kernel = conv._quanta(p, "QLinearConv", args.threads, nhwc)
         o = conv._ort_session(p, "QLinearConv", args.threads, nhwc)
         t = fastest_calls({"quanta": q, "ort": o}, args.budget, args.threads)
