@@ -24,8 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import conv  # benchmarks/conv.py: Problem and both engines' one-node runs
 from _timing import fastest_calls
 
-# (name, count in the model, N, C, H, W, M, k, stride); k = 1 has no pads, k > 1 pads k // 2
-LAYERS: dict[str, list[tuple[str, int, int, int, int, int, int, int, int]]] = {
+# (name, count in the model, N, C, H, W, M, k, stride[, group]); k = 1 has no pads, k > 1
+# pads k // 2
+LAYERS: dict[str, list[tuple[int | str, ...]]] = {
     "open_nsfw": [
         ("stem 7x7 3->64 s2 @224", 1, 1, 3, 224, 224, 64, 7, 2),
         ("1x1 64->32 @56", 1, 1, 64, 56, 56, 32, 1, 1),
@@ -65,11 +66,32 @@ LAYERS: dict[str, list[tuple[str, int, int, int, int, int, int, int, int]]] = {
         ("1x1 486->2048 @5x2", 3, 1, 486, 5, 2, 2048, 1, 1),
         ("1x1 1024->2048 s2 @10x4", 1, 1, 1024, 10, 4, 2048, 1, 2),
     ],
+    # yunet (face detection, 640²): a 3x3 s2 stem, then 1x1 + depthwise 3x3 pairs at
+    # 320²-20² of 16-64 channels, and 1x1 heads of 1-10 channels
+    "yunet": [
+        ("stem 3x3 3->16 s2 @640", 1, 1, 3, 640, 640, 16, 3, 2),
+        ("1x1 16->16 @320", 1, 1, 16, 320, 320, 16, 1, 1),
+        ("dw 3x3 16 @320", 1, 1, 16, 320, 320, 16, 3, 1, 16),
+        ("1x1 16->16 @160", 1, 1, 16, 160, 160, 16, 1, 1),
+        ("dw 3x3 16 @160", 1, 1, 16, 160, 160, 16, 3, 1, 16),
+        ("1x1 16->32 @160", 1, 1, 16, 160, 160, 32, 1, 1),
+        ("dw 3x3 32 @160", 2, 1, 32, 160, 160, 32, 3, 1, 32),
+        ("1x1 32->32 @160", 1, 1, 32, 160, 160, 32, 1, 1),
+        ("1x1 32->64 @160", 1, 1, 32, 160, 160, 64, 1, 1),
+        ("dw 3x3 64 @160", 1, 1, 64, 160, 160, 64, 3, 1, 64),
+        ("1x1 64->64 @80", 3, 1, 64, 80, 80, 64, 1, 1),
+        ("dw 3x3 64 @80", 3, 1, 64, 80, 80, 64, 3, 1, 64),
+        ("1x1 64->64 @40", 3, 1, 64, 40, 40, 64, 1, 1),
+        ("dw 3x3 64 @40", 3, 1, 64, 40, 40, 64, 3, 1, 64),
+        ("1x1 64->10 @80", 1, 1, 64, 80, 80, 10, 1, 1),
+        ("1x1 64->4 @80", 1, 1, 64, 80, 80, 4, 1, 1),
+        ("1x1 64->1 @80", 2, 1, 64, 80, 80, 1, 1, 1),
+    ],
 }
 
 
-def problem(N: int, C: int, H: int, W: int, M: int, k: int, stride: int) -> conv.Problem:
-    p = conv.Problem(N, C, H, W, M, k, stride, 1)
+def problem(N: int, C: int, H: int, W: int, M: int, k: int, stride: int, group: int = 1) -> conv.Problem:
+    p = conv.Problem(N, C, H, W, M, k, stride, group)
     if k == 1:  # conv.Problem pads k // 2, which is 0 here, but sizes its output for it
         oh, ow = (H - 1) // stride + 1, (W - 1) // stride + 1
         p.attrs["pads"] = [0, 0, 0, 0]
@@ -84,10 +106,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--layout", choices=["nhwc", "nchw"], default="nhwc")
     ap.add_argument("--budget", type=float, default=0.15, help="seconds per layer and engine")
+    ap.add_argument("--only", default="", help="layers whose name contains this")
     args = ap.parse_args(argv)
     nhwc = args.layout == "nhwc"
     total_q = total_o = 0.0
-    for name, count, *shape in LAYERS[args.model]:
+    for name, *numbers in LAYERS[args.model]:
+        if args.only not in str(name):
+            continue
+        count, *shape = (int(v) for v in numbers)
         p = problem(*shape)
         q, kernel = conv._quanta(p, "QLinearConv", args.threads, nhwc)
         o = conv._ort_session(p, "QLinearConv", args.threads, nhwc)

@@ -297,6 +297,17 @@ DEPTHWISE = [
     ((1, 6, 5, 9), (6, 1, 1, 1), {}, "1x1 depthwise"),
     ((2, 6, 31), (6, 1, 5), {"pads": [2, 1], "strides": [2]}, "1-D"),
     ((1, 3, 1, 1), (3, 1, 3, 3), {"pads": [1, 1, 1, 1]}, "a 1x1 image: every tap but one is padding"),
+    # avx2: 16 channels, two pixels a vector where their taps are 16 bytes apart (odd and
+    # even widths, pads on every side, up to 25 taps; 49 taps and stride 2 one at a time)
+    ((2, 16, 5, 21), (16, 1, 3, 3), {"pads": [1, 1, 1, 1]}, "16 channels: pixel pairs, OW 21"),
+    ((1, 16, 6, 10), (16, 1, 3, 3), {"pads": [0, 2, 1, 0]}, "16 channels: pairs, OW 11, pads 0/2"),
+    ((1, 16, 9, 12), (16, 1, 5, 5), {"pads": [2, 2, 2, 2], "dilations": [1, 2]}, "16 channels: 5x5 dw 2"),
+    ((1, 16, 9, 9), (16, 1, 7, 7), {"pads": [3, 3, 3, 3]}, "16 channels: 49 taps, one pixel a vector"),
+    ((1, 16, 7, 14), (16, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [1, 2]}, "16 channels: sw 2"),
+    # avx2: multiples of 32 channels in the 32-channel order
+    ((1, 32, 5, 7), (32, 1, 3, 3), {"pads": [0, 1, 2, 1]}, "32 channels: one 32-channel block"),
+    ((2, 96, 7, 6), (96, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "96 channels: 3 blocks, s2"),
+    ((1, 64, 4, 5), (64, 1, 2, 2), {}, "64 channels: 4 taps, no lone tap"),
     *AVX2_PAIR_DEPTHWISE,
 ]
 
@@ -857,6 +868,8 @@ AVX2_GEMM = [
     ((1, 32, 19, 17), (48, 32, 3, 3), {"pads": [1, 1, 1, 1]}, "323 rows: 6-row chunks, 3 full panels"),
     ((1, 64, 14, 14), (67, 64, 1, 1), {}, "1x1: 196 rows read in place (channels_last), 67 outputs"),
     ((2, 17, 9, 11), (32, 17, 1, 1), {"strides": [2, 2]}, "1x1 stride 2, 17 channels, 2 images"),
+    ((1, 16, 13, 11), (16, 16, 1, 1), {}, "1x1 K = 16: x' widened as one stream, 143 rows"),
+    ((1, 27, 7, 9), (20, 27, 1, 1), {}, "1x1 K = 27: rows of 28, the last vector overlapping"),
 ]
 
 
@@ -928,7 +941,7 @@ def test_depthwise_channels_last_weight_zero_point_outside_int8():
     # missing taps (a group of 4 / a pair) must add 0 to Σx'
     rng = np.random.default_rng(12)
     for w_dtype, zw in ((np.int8, 100), (np.uint8, 0), (np.uint8, 255)):
-        for c, kernel in ((70, (3, 3)), (17, (5, 5))):
+        for c, kernel in ((70, (3, 3)), (17, (5, 5)), (16, (3, 3)), (64, (3, 3))):
             case = random_case(
                 rng, (1, c, 9, 13), (c, 1, *kernel), w_dtype=w_dtype, group=c, pads=[1, 1, 1, 1]
             )

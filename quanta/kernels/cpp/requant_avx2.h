@@ -33,6 +33,22 @@ inline __m256i requant_q8(__m256i acc, __m256 m, float lo_minus_zy, float hi_min
   return _mm256_add_epi32(_mm256_cvttps_epi32(f), _mm256_set1_epi32(zy));
 }
 
+// requant_q8 without the final + zy: q − zy, in [L − zy, H − zy] (|.| <= 383)
+inline __m256i requant_q8_nozy(__m256i acc, __m256 m, __m256 lo_minus_zy, __m256 hi_minus_zy) {
+  __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), m);
+  f = _mm256_min_ps(_mm256_max_ps(f, lo_minus_zy), hi_minus_zy);
+  return _mm256_cvttps_epi32(_mm256_round_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+// 16 lanes of q − zy (d0: lanes 0-7, d1: 8-15, from requant_q8_nozy) as the bytes of q in
+// lane order: zy is added to the int16 lanes of the first pack (one vpaddw for 16
+// lanes instead of two vpaddd; q − zy and q fit int16, so the packs stay exact)
+inline __m128i pack_q8x16_zy(__m256i d0, __m256i d1, __m256i zy16, bool y_signed) {
+  const __m256i p16 = _mm256_add_epi16(_mm256_permute4x64_epi64(_mm256_packs_epi32(d0, d1), 0xD8), zy16);
+  const __m128i l = _mm256_castsi256_si128(p16), h = _mm256_extracti128_si256(p16, 1);
+  return y_signed ? _mm_packs_epi16(l, h) : _mm_packus_epi16(l, h);
+}
+
 // The 8 lanes of q (each in the output's range) as int8 (y_signed) or uint8 bytes, in
 // lane order, in the low 8 bytes
 inline __m128i pack_q8(__m256i q, bool y_signed) {

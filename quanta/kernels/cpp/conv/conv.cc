@@ -152,8 +152,9 @@ void pack_depthwise_nhwc(Isa isa, int64_t sh, int64_t sw, int64_t dh, DepthwiseW
     int16_t* w = reinterpret_cast<int16_t*>(d.nhwc_taps.data());
     for (int64_t p = 0; p < pairs; ++p) {
       for (int64_t c = 0; c < cpad; ++c) {
-        w[(p * cpad + c) * 2] = static_cast<int16_t>(w_eff(c, 2 * p));
-        w[(p * cpad + c) * 2 + 1] = static_cast<int16_t>(w_eff(c, 2 * p + 1));
+        const int64_t at = dw_nhwc_index(isa, c, C);
+        w[(p * cpad + at) * 2] = static_cast<int16_t>(w_eff(c, 2 * p));
+        w[(p * cpad + at) * 2 + 1] = static_cast<int16_t>(w_eff(c, 2 * p + 1));
       }
     }
   } else {
@@ -169,7 +170,7 @@ void pack_depthwise_nhwc(Isa isa, int64_t sh, int64_t sw, int64_t dh, DepthwiseW
     d.nhwc_zero_point.assign(static_cast<size_t>(cpad), 0);
     for (int64_t e = 0; e < cpad; ++e) {
       const int64_t c = nhwc_channel(d, e);
-      if (c >= 0) d.nhwc_zero_point[dw_nhwc_index(isa, e)] = d.zero_point[c];
+      if (c >= 0) d.nhwc_zero_point[dw_nhwc_index(isa, e, C)] = d.zero_point[c];
     }
   }
 }
@@ -688,7 +689,7 @@ void QConv::run_depthwise_nhwc(const ConvArgs& a, const Geometry& geo, const Pla
   for (int64_t e = 0; e < d.nhwc_cpad; ++e) {
     const int64_t c = nhwc_channel(d, e);
     if (c < 0) continue;
-    const int64_t at = dw_nhwc_index(isa_, e);
+    const int64_t at = dw_nhwc_index(isa_, e, d.C);
     const uint32_t b = a.bias ? static_cast<uint32_t>(a.bias[c]) : 0u;
     colterm[at] = static_cast<int32_t>(b - static_cast<uint32_t>(zx_shifted) * static_cast<uint32_t>(d.column_sums[c]));
     if (a.out_type != OutType::kS32) mult[at] = a.multiplier[a.multiplier_per_channel ? c : 0];
@@ -733,10 +734,19 @@ void QConv::run_depthwise_nhwc(const ConvArgs& a, const Geometry& geo, const Pla
     const uint8_t* image = x + n * geo.H * geo.W * C;
     const int64_t iy0 = oy * geo.sh - geo.pad_top;
     const bool rows_in = iy0 >= 0 && iy0 + (geo.kh - 1) * geo.dh < geo.H;
+    // avx2 reads the pixels with every tap inside x from their corner (kernels.h
+    // DepthwiseNhwc::dense_x): they are one run of ox, whose pointers are not written
+    const bool dense = isa_ == Isa::kAvx2;
+    int64_t dense_begin = 0, dense_end = 0;
     for (int64_t ox = 0; ox < geo.OW; ++ox) {
       const uint8_t** p = ptrs + ox * taps;
       const int64_t ix0 = ox * geo.sw - geo.pad_left;
       if (rows_in && ix0 >= 0 && ix0 + (geo.kw - 1) * geo.dw < geo.W) {  // every tap inside x
+        if (dense) {
+          if (dense_end == 0) dense_begin = ox;
+          dense_end = ox + 1;
+          continue;
+        }
         const uint8_t* corner = image + (iy0 * geo.W + ix0) * C;
         for (int64_t t = 0; t < taps; ++t) p[t] = corner + tap_offset[t];
         continue;
@@ -752,6 +762,13 @@ void QConv::run_depthwise_nhwc(const ConvArgs& a, const Geometry& geo, const Pla
     }
     DepthwiseNhwc r = base;
     r.ptrs = ptrs;
+    if (dense_end > dense_begin) {
+      r.tap_offset = tap_offset;
+      r.dense_x = image + (iy0 * geo.W + dense_begin * geo.sw - geo.pad_left) * C;
+      r.dense_step = geo.sw * C;
+      r.dense_begin = dense_begin;
+      r.dense_end = dense_end;
+    }
     r.scratch = buf + pl.off_scratch;
     r.y = static_cast<uint8_t*>(a.y) + ((n * geo.OH + oy) * geo.OW) * C * ob;
     kernel(r);

@@ -268,8 +268,9 @@ inline void dw_store(int32_t acc, const DepthwiseRows& a, int64_t at) {
 // channel order", dw_nhwc_index() below, with cpad = C rounded up to the ISA's block
 // (entries past C are 0):
 //   portable    block 1, natural order; weights int8 [taps][C]
-//   avx2        block 16, natural order; weights int16 [ceil(taps/2)][cpad][2]: the
-//               pair (w_eff[c, 2p], w_eff[c, 2p + 1]) (0 past taps) for vpmaddwd
+//   avx2        block 16, natural order (C a multiple of 32: the 32-channel order of
+//               dw_nhwc_index); weights int16 [ceil(taps/2)][cpad][2]: the pair
+//               (w_eff[c, 2p], w_eff[c, 2p + 1]) (0 past taps) for vpmaddwd
 //   avx512vnni  block 64: channel 64b + 16L + 4j + i at 64b + 16j + 4L + i (register j,
 //               dword 4L + i: what vpunpck{l,h}bw then vpunpck{l,h}wd of 4 tap loads
 //               produce); weights int8 [cpad/64][ceil(taps/4)][64][4]: the 4 taps
@@ -289,18 +290,35 @@ struct DepthwiseNhwc {
   void* y = nullptr;           // output pixel 0 of the row (elements of out_type)
   int64_t y_pixel_stride = 0;  // elements between output pixels (C)
   uint8_t* scratch = nullptr;  // dw_nhwc_scratch_bytes() of per-thread scratch
+  // avx2 (when tap_offset is set): output pixels [dense_begin, dense_end) have every tap
+  // inside x, tap t of pixel o at dense_x + (o − dense_begin)·dense_step + tap_offset[t],
+  // and no entries in ptrs; the other kernels read ptrs only, which conv.cc fills for them
+  const int64_t* tap_offset = nullptr;
+  const uint8_t* dense_x = nullptr;
+  int64_t dense_step = 0, dense_begin = 0, dense_end = 0;
 };
 
 inline int64_t dw_nhwc_block(Isa isa) { return isa == Isa::kAvx512Vnni ? 64 : isa == Isa::kAvx2 ? 16 : 1; }
 
-inline int64_t dw_nhwc_index(Isa isa, int64_t c) {
+// The entry of channel c in the per-channel arrays of the channels_last kernel of C
+// channels. avx2 with C a multiple of 32 (depthwise_nhwc_avx2.cc block32): within each
+// 32 channels, the lanes of its four sums, {0-3, 16-19}, {4-7, 20-23}, {8-11, 24-27},
+// {12-15, 28-31}; C = 0: the order of C not a multiple of 32.
+inline int64_t dw_nhwc_index(Isa isa, int64_t c, int64_t C = 0) {
+  if (isa == Isa::kAvx2) {
+    if (C == 0 || C % 32 != 0) return c;
+    const int64_t j = c % 32;
+    return c - j + (j % 16) / 4 * 8 + j / 16 * 4 + j % 4;
+  }
   if (isa != Isa::kAvx512Vnni) return c;
   const int64_t p = c % 64;
   return c - p + ((p % 16) / 4) * 16 + (p / 16) * 4 + p % 4;
 }
 
 inline size_t dw_nhwc_scratch_bytes(int64_t C, int64_t taps) {
-  return static_cast<size_t>(8 * C + 24 * taps + 64);  // portable sums / avx2 tail copies
+  // portable sums / avx2 tail copies; avx2 C = 16: two pixels' weights (up to 25 taps),
+  // colterm, multipliers, zw in their 32-channel order
+  return static_cast<size_t>(std::max<int64_t>(8 * C + 24 * taps + 64, 13 * 128 + 3 * 128 + 64));
 }
 
 void depthwise_nhwc_portable(const DepthwiseNhwc& a);

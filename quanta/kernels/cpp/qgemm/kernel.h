@@ -144,6 +144,9 @@ void pack_activations_u8(const void* x, int64_t x_row_stride, bool x_signed, int
                          int64_t m_end, uint8_t* dst);
 void pack_activations_s16(const void* x, int64_t x_row_stride, bool x_signed, int64_t K, int64_t Kp, int64_t m_begin,
                           int64_t m_end, int16_t* dst);
+// The same with AVX2 vectors (qgemm_avx2.cc; the avx2 8-bit family's x').
+void pack_activations_s16_avx2(const void* x, int64_t x_row_stride, bool x_signed, int64_t K, int64_t Kp,
+                               int64_t m_begin, int64_t m_end, int16_t* dst);
 // rowsum[m] = Σ_k x'[m,k] for m in [m_begin, m_end).
 void activation_row_sums(const void* x, int64_t x_row_stride, bool x_signed, int64_t K, int64_t m_begin, int64_t m_end,
                          int32_t* rowsum);

@@ -511,7 +511,8 @@ void qgemm(const QGemmParams& p, Workspace& workspace) {
     if (f.a_bytes == 1) {
       pack_activations_u8(p.x, p.x_row_stride, p.x_signed, pl.K, pl.Kp, 0, pl.M, ws + pl.off_a);
     } else {
-      pack_activations_s16(p.x, p.x_row_stride, p.x_signed, pl.K, pl.Kp, 0, pl.M, at<int16_t>(ws, pl.off_a));
+      const auto pack = f.isa == Isa::kAvx2 ? pack_activations_s16_avx2 : pack_activations_s16;
+      pack(p.x, p.x_row_stride, p.x_signed, pl.K, pl.Kp, 0, pl.M, at<int16_t>(ws, pl.off_a));
     }
   }
   if (pl.rowsums) activation_row_sums(p.x, p.x_row_stride, p.x_signed, pl.K, 0, pl.M, rowsum);

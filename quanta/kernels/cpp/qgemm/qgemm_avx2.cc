@@ -150,13 +150,26 @@ template <int MR, bool kNarrow, bool kIndirect = false>
 __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
   int32_t* partial = t.partial + r0 * kNR;
 
+  // The first chunk's sums start at colterm[n] (int32 sums wrap, so where it is added does
+  // not change the bits; `partial` is this family's own): two vpaddd a row fewer in the
+  // epilogue, which is ~1/3 of a tile's work at K = 16.
+  const Epilogue& e = *t.epi;
+  const int64_t n0 = t.n0;
   __m256i c0[MR], c1[MR];
+  if (t.accumulate) {
 #pragma GCC unroll 6
-  for (int r = 0; r < MR; ++r) {
-    c0[r] =
-        t.accumulate ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(partial + r * kNR)) : _mm256_setzero_si256();
-    c1[r] = t.accumulate ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(partial + r * kNR + 8))
-                         : _mm256_setzero_si256();
+    for (int r = 0; r < MR; ++r) {
+      c0[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(partial + r * kNR));
+      c1[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(partial + r * kNR + 8));
+    }
+  } else {
+    const __m256i ct0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e.colterm + n0));
+    const __m256i ct1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e.colterm + n0 + 8));
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; ++r) {
+      c0[r] = ct0;
+      c1[r] = ct1;
+    }
   }
   if constexpr (kNarrow) {
     k_loop_narrow<MR, kIndirect>(t, r0, c0, c1);
@@ -173,11 +186,7 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
     return;
   }
 
-  const Epilogue& e = *t.epi;
-  const int64_t n0 = t.n0;
   const int64_t m0 = t.m0 + r0;
-  const __m256i ct0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e.colterm + n0));
-  const __m256i ct1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e.colterm + n0 + 8));
   __m256i zw[2], cs[2];
   fold_columns<simd::I32x8>(e, n0, zw, cs);
   if (e.kind == EpiKind::kQ8Float && !e.post_k && !e.mult_row && t.cols == kNR) {
@@ -186,25 +195,24 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
     // row's 16 outputs packed into one 16-byte store; the same per-lane operations as
     // finish_vector, so the same bytes
     const __m256 mul0 = _mm256_loadu_ps(e.multiplier + n0), mul1 = _mm256_loadu_ps(e.multiplier + n0 + 8);
-    const float lo = e.lo_minus_zy, hi = e.hi_minus_zy;
-    const int32_t zy = e.zy;
+    const __m256 lo = _mm256_set1_ps(e.lo_minus_zy), hi = _mm256_set1_ps(e.hi_minus_zy);
+    const __m256i zy16 = _mm256_set1_epi16(static_cast<int16_t>(e.zy));
     const bool y_signed = e.y_signed;
     uint8_t* y = static_cast<uint8_t*>(e.y) + m0 * e.y_row_stride + n0;
     const int64_t ys = e.y_row_stride;
 #pragma GCC unroll 6
     for (int r = 0; r < MR; ++r) {
-      __m256i v0 = _mm256_add_epi32(c0[r], ct0);
-      __m256i v1 = _mm256_add_epi32(c1[r], ct1);
+      __m256i v0 = c0[r], v1 = c1[r];
       fold_row<simd::I32x8>(v0, v1, e, m0 + r, zw, cs);
-      avx2::store_q8x16(avx2::requant_q8(v0, mul0, lo, hi, zy), avx2::requant_q8(v1, mul1, lo, hi, zy), y_signed,
-                        y + r * ys);
+      avx2::store_bytes16(avx2::pack_q8x16_zy(avx2::requant_q8_nozy(v0, mul0, lo, hi),
+                                              avx2::requant_q8_nozy(v1, mul1, lo, hi), zy16, y_signed),
+                          y + r * ys);
     }
     return;
   }
 #pragma GCC unroll 6
   for (int r = 0; r < MR; ++r) {
-    __m256i v0 = _mm256_add_epi32(c0[r], ct0);
-    __m256i v1 = _mm256_add_epi32(c1[r], ct1);
+    __m256i v0 = c0[r], v1 = c1[r];
     fold_row<simd::I32x8>(v0, v1, e, m0 + r, zw, cs);
     finish_vector(v0, e, m0 + r, n0, t.cols);
     if (t.cols > 8) finish_vector(v1, e, m0 + r, n0 + 8, t.cols - 8);
@@ -229,9 +237,47 @@ __attribute__((noinline)) void run_rows(const TileArgs& t) {
   }
 }
 
+// 16 x' of x at s widened to int16 at d
+inline void widen16(const uint8_t* s, __m128i flip, int16_t* d) {
+  const __m128i v = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)), flip);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), _mm256_cvtepu8_epi16(v));
+}
+
 }  // namespace
 
 void qgemm_tiles_avx2(const TileArgs& t) { run_rows<L::kMR, false>(t); }
+
+// pack_activations_s16 (kernel.h) in 16-element vectors: the compiler's loop of the
+// generic build took 1/4 of a 1x1 16 -> 16 layer at 320x320 (K = 16: a loop set up per
+// row of 16) and more with odd K. Rows that follow each other without padding (uint8 x of
+// K = Kp columns at that stride) are one stream; otherwise each row's last vector
+// overlaps the one before it (the same values written twice).
+void pack_activations_s16_avx2(const void* x, int64_t x_row_stride, bool x_signed, int64_t K, int64_t Kp,
+                               int64_t m_begin, int64_t m_end, int16_t* dst) {
+  const uint8_t flip_byte = x_signed ? 0x80 : 0x00;
+  const __m128i flip = _mm_set1_epi8(static_cast<char>(flip_byte));
+  const uint8_t* src = static_cast<const uint8_t*>(x);
+  if (x_row_stride == K && K == Kp) {
+    const uint8_t* s = src + m_begin * K;
+    int16_t* d = dst + m_begin * Kp;
+    const int64_t n = (m_end - m_begin) * K;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) widen16(s + i, flip, d + i);
+    for (; i < n; ++i) d[i] = static_cast<int16_t>(static_cast<uint8_t>(s[i] ^ flip_byte));
+    return;
+  }
+  for (int64_t m = m_begin; m < m_end; ++m) {
+    const uint8_t* s = src + m * x_row_stride;
+    int16_t* d = dst + m * Kp;
+    if (K >= 16) {
+      for (int64_t k = 0; k + 16 <= K; k += 16) widen16(s + k, flip, d + k);
+      if (K % 16) widen16(s + K - 16, flip, d + K - 16);
+    } else {
+      for (int64_t k = 0; k < K; ++k) d[k] = static_cast<int16_t>(static_cast<uint8_t>(s[k] ^ flip_byte));
+    }
+    for (int64_t k = K; k < Kp; ++k) d[k] = 0;
+  }
+}
 
 // The 7-bit family reads uint8 x', so it also serves the implicit convolution's indirect
 // rows (TileArgs::a_rows; conv.cc takes that path when the packed weights' family reads
