@@ -318,7 +318,7 @@ def bind_fused_conv(model: Model, node: Node) -> tuple[Kernel | None, str]:
 
 
 #: sgemm.h PostKind of each gated activation of quanta::Conv
-POST_KINDS = {"SiLU": 1, "HardSwish": 2, "HardSigmoid": 3, "ClipMulDiv": 4}
+POST_KINDS = {"SiLU": 1, "HardSwish": 2, "HardSigmoid": 3, "ClipMulDiv": 4, "LeakyRelu": 5}
 
 
 def _bind_conv(
