@@ -246,7 +246,7 @@ FACTS = OpTable(
         ),
         # Conv with an output clamp (FuseActivationIntoProducer; optimize_float fuses the
         # Relu / Clip after a float Conv into it, the float GEMM family's epilogue clamps)
-        # or a gated activation (FuseFloatGate: SiLU, hardswish, HardSigmoid per tile)
+        # or a gated activation (FuseFloatGate: SiLU, hardswish, HardSigmoid, LeakyRelu per tile)
         Op("Conv", QUANTA, shape_only=True, compute=True, blas=True),
         # the blocked float layout NCHW16c (passes/lower/nchwc.py, reference/nchwc.py):
         # a float Conv (with its fused activation) and a MaxPool on 5-D [N, Cb, H, W, 16]

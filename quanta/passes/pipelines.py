@@ -239,7 +239,7 @@ def optimize_float(
         ConvTransposeUnitStrides(),  # a stride-1 ConvTranspose: the Conv it is (native Conv paths)
         ConvTransposeAs2d(opset),  # a strided 1-D ConvTranspose: the 2-D one over a unit height (native)
         FuseFloatActivation(),  # Relu / Clip after a float Conv: the GEMM's store clamps
-        FuseFloatGate(),  # SiLU / hardswish / HardSigmoid after a float Conv: applied per finished block
+        FuseFloatGate(),  # SiLU / hardswish / HardSigmoid / LeakyRelu after a float Conv: per finished block
         HoistGatheredGemm(),  # an unrolled RNN's input projections: one product over all steps
         # duplicates merged: a Keras LayerNorm computes x - mean twice, which hides it from FuseLayerNorm
         EliminateCommon(),

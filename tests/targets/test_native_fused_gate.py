@@ -33,6 +33,10 @@ POST = {
     "ClipMulDiv-0": (4, [-0.0, -0.0, 6.0, 6.0]),
     "ClipMulDiv-nan": (4, [3.0, float("nan"), 6.0, 7.0]),
     "ClipMulDiv-crossed": (4, [0.5, 2.0, -1.0, 3.0]),
+    # LeakyRelu alone (floor -inf), and followed by a Max of a scalar (openWakeWord's)
+    "LeakyRelu": (5, [0.2, float("-inf")]),
+    "LeakyRelu-max": (5, [0.2, -0.4]),
+    "LeakyRelu-max-above": (5, [0.01, 1.5]),
 }
 
 # (x shape, w shape, group, strides, pads): the paths of sgemm.h conv_path
@@ -136,8 +140,14 @@ def gated_model(rng: np.random.Generator) -> tuple:
         helper.make_node("HardSwish", ["c4"], ["a4"]),
         helper.make_node("Conv", ["a4", "w5", "b5"], ["c5"]),
         helper.make_node("HardSigmoid", ["c5"], ["a5"], alpha=0.2, beta=0.45),
+        # LeakyRelu; LeakyRelu then Max of a scalar (constant first)
+        helper.make_node("Conv", ["a5", "w9"], ["c9"], pads=[1, 1, 1, 1]),
+        helper.make_node("LeakyRelu", ["c9"], ["a9"], alpha=0.2),
+        helper.make_node("Conv", ["a9", "w10", "b10"], ["c10"]),
+        helper.make_node("LeakyRelu", ["c10"], ["l10"], alpha=0.3),
+        helper.make_node("Max", ["floor", "l10"], ["a10"]),
         # stays: the Conv's output also read by the Add after the gate
-        helper.make_node("Conv", ["a5", "w6"], ["c6"]),
+        helper.make_node("Conv", ["a10", "w6"], ["c6"]),
         helper.make_node("Sigmoid", ["c6"], ["s6"]),
         helper.make_node("Mul", ["c6", "s6"], ["g6"]),
         helper.make_node("Add", ["g6", "c6"], ["a6"]),
@@ -162,6 +172,10 @@ def gated_model(rng: np.random.Generator) -> tuple:
         w("w4", 9, 5, 3, 3),
         w("w5", 7, 9, 1, 1),
         w("b5", 7),
+        w("w9", 7, 7, 3, 3),
+        w("w10", 7, 7, 1, 1),
+        w("b10", 7),
+        numpy_helper.from_array(np.full((1, 1, 1, 1), -0.1, F32), "floor"),
         w("w6", 7, 7, 1, 1),
         w("w7", 3, 7, 1, 1),
         w("w8", 3, 3, 1, 1),
@@ -183,7 +197,7 @@ def gated_model(rng: np.random.Generator) -> tuple:
 
 
 def test_gates_after_float_convs_fuse_and_keep_the_bytes() -> None:
-    """On both targets the six gates fuse and the three others stay; the reference of the
+    """On both targets the eight gates fuse and the three others stay; the reference of the
     fused graph is bit for bit the graph as written, and so is the native one (the
     unfused native graph runs the same Conv kernels, then the nodes' own kernels)."""
     model, x = gated_model(np.random.default_rng(11))
@@ -193,7 +207,16 @@ def test_gates_after_float_convs_fuse_and_keep_the_bytes() -> None:
         fused = quanta.InferenceSession(model, backend=backend)
         steps = [(s.node.domain, s.op_type, s.node.attrs.get("activation")) for s in fused.plan.steps]
         acts = [a for d, op, a in steps if d == "quanta" and op == "Conv"]
-        assert acts == ["SiLU", "SiLU", "ClipMulDiv", "ClipMulDiv", "HardSwish", "HardSigmoid"], steps
+        assert acts == [
+            "SiLU",
+            "SiLU",
+            "ClipMulDiv",
+            "ClipMulDiv",
+            "HardSwish",
+            "HardSigmoid",
+            "LeakyRelu",
+            "LeakyRelu",
+        ], steps
         assert [op for d, op, _ in steps if not d].count("Conv") == 3, steps
         if backend == "native":
             names = [s.kernel.name for s in fused.plan.steps if s.node.domain == "quanta"]

@@ -515,7 +515,7 @@ void register_sgemm(py::module_& m) {
         py::arg("post") = 0, py::arg("post_params") = std::vector<float>{}, py::arg("rows") = false,
         "Float32 NCHW convolution (docs/float-ops.md (FG1)-(FG2)); post: a fused activation after the clamp "
         "(sgemm.h PostOp: 0 none, 1 SiLU, 2 HardSwish, 3 HardSigmoid [alpha, beta], 4 Paddle's hardswish "
-        "[b, lo, hi, d]), the bytes of the separate float32 kernels.");
+        "[b, lo, hi, d], 5 LeakyRelu [alpha, floor]), the bytes of the separate float32 kernels.");
   py::class_<ConvF32Call>(m, "ConvF32Call",
                           "conv_f32 of one x shape with every other argument bound and checked once; call(x) "
                           "gives conv_f32's bytes (into out when one was bound).")

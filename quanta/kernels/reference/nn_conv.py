@@ -110,8 +110,9 @@ def fused_conv(
     reference arithmetic). ``"Relu"``: max(y, 0); ``"Clip"`` with ``activation_params=[lo,
     hi]``: min(max(y, lo), hi) (FuseActivationIntoProducer); ``"SiLU"``: Mul(y,
     Sigmoid(y)); ``"HardSwish"``; ``"HardSigmoid"`` with ``[alpha, beta]``;
-    ``"ClipMulDiv"`` with ``[b, lo, hi, d]``: Div(Mul(y, Clip(Add(y, b), lo, hi)), d)
-    (passes/rules/fuse_float_gate.py). NaN stays NaN."""
+    ``"ClipMulDiv"`` with ``[b, lo, hi, d]``: Div(Mul(y, Clip(Add(y, b), lo, hi)), d);
+    ``"LeakyRelu"`` with ``[alpha, floor]``: LeakyRelu, then Max(·, floor) when floor >
+    -inf (passes/rules/fuse_float_gate.py). NaN stays NaN."""
     y = conv(ctx, x, w, b, **attrs)  # type: ignore[arg-type]
     if activation in FUSED_GATES:
         return fused_gate(y, activation, activation_params, ctx.node_name)
@@ -130,7 +131,7 @@ def fused_clamp(y: np.ndarray, activation: str, params: Sequence[float] | None, 
 
 
 #: fused activations other than a clamp, with their parameter count
-FUSED_GATES = {"SiLU": 0, "HardSwish": 0, "HardSigmoid": 2, "ClipMulDiv": 4}
+FUSED_GATES = {"SiLU": 0, "HardSwish": 0, "HardSigmoid": 2, "ClipMulDiv": 4, "LeakyRelu": 2}
 
 
 def fused_gate(y: np.ndarray, activation: str, params: Sequence[float] | None, node: str = "") -> np.ndarray:
@@ -150,6 +151,9 @@ def fused_gate(y: np.ndarray, activation: str, params: Sequence[float] | None, n
         return nn.hard_swish(None, y)  # type: ignore[arg-type]
     if activation == "HardSigmoid":
         return nn.hard_sigmoid(None, y, alpha=p[0], beta=p[1])  # type: ignore[arg-type]
+    if activation == "LeakyRelu":  # [alpha, floor]: LeakyRelu, then Max(·, floor) unless -inf
+        y = nn.leaky_relu(None, y, alpha=p[0])  # type: ignore[arg-type]
+        return np.maximum(y, t(p[1])) if p[1] > -math.inf else y
     g = y + t(p[0])  # ClipMulDiv: Add, Clip, Mul, Div
     if p[1] > -math.inf:
         g = np.maximum(g, t(p[1]))

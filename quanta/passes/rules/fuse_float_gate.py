@@ -10,6 +10,11 @@ output read by the activation's nodes only)::
     %y = Div(Mul(%p, Clip(Add(%p, b), lo, hi)), d)  (Mul, Add in either order)
                                                                 -> quanta::Conv {activation="ClipMulDiv",
                                                                     activation_params=[b, lo, hi, d]}
+    %y = LeakyRelu(%p = Conv(...)) {alpha}                      -> quanta::Conv {activation="LeakyRelu",
+                                                                    activation_params=[alpha, -inf]}
+    %y = Max(LeakyRelu(%p = Conv(...)) {alpha}, c)  (either order; c a float32 scalar)
+                                                                -> quanta::Conv {activation="LeakyRelu",
+                                                                    activation_params=[alpha, c]}
 
 Why: YOLO-style detectors write SiLU as ``Mul(x, Sigmoid(x))`` after nearly every
 convolution, Paddle's OCR and layout models hardswish as ``x · Clip(x + 3, 0, 6) / 6``
@@ -41,6 +46,8 @@ __all__ = [
     "FuseFloatGate",
     "HardSigmoidAfterConv",
     "HardSwishAfterConv",
+    "LeakyReluAfterConv",
+    "LeakyReluMaxAfterConv",
     "SiluAfterConv",
     "clip_mul_div_params",
     "f32_scalar",
@@ -153,6 +160,64 @@ class HardSigmoidAfterConv(_AfterFloatConv):
         ]
 
 
+class LeakyReluAfterConv(_AfterFloatConv):
+    """%y = LeakyRelu(%p = Conv(...)) {alpha} -> quanta::Conv {activation="LeakyRelu",
+    activation_params=[alpha, -inf]} (ONNX Runtime's FusedConv takes LeakyRelu too)"""
+
+    pattern = "y = LeakyRelu(p = Conv(...))"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        base = self.check_conv(m)
+        if not base:
+            return base
+        readers = m.value("y").consumers()
+        if len(readers) == 1 and readers[0].op_type == "Max" and not readers[0].domain:
+            max_node = readers[0]
+            others = [v for v in max_node.inputs if v is not m.value("y")]
+            if len(max_node.inputs) == 2 and len(others) == 1 and f32_scalar(others[0]) is not None:
+                # the rules run node by node in order: the Max after it fuses both
+                return NoMatch(f"{max_node.label} of a scalar follows: LeakyReluMaxAfterConv fuses both")
+        return m
+
+    def activation(self, m: Match) -> tuple[str, list[float] | None]:
+        # float32 alpha, as the LeakyRelu kernels compute with it; no Max
+        return "LeakyRelu", [float(np.float32(m.root.attrs.get("alpha", 0.01))), -math.inf]
+
+
+class LeakyReluMaxAfterConv(_AfterFloatConv):
+    """%y = Max(LeakyRelu(%p = Conv(...)) {alpha}, c) with c a float32 scalar constant ->
+    quanta::Conv {activation="LeakyRelu", activation_params=[alpha, c]}: TensorFlow
+    exports bound Keras' LeakyReLU from below this way (openWakeWord's embedding model)."""
+
+    pattern = "y = Max(l = LeakyRelu(p = Conv(...)), c)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        base = self.check_conv(m)
+        if not base:
+            return base
+        c = m["c"]
+        floor = f32_scalar(c)
+        if floor is None:
+            return NoMatch(f"{describe(c)} is not a float32 scalar constant")
+        w = m.node("p").input(1)
+        if np.asarray(c.const).ndim > np.asarray(w.const).ndim:
+            return NoMatch(f"{describe(c)} has more axes than the Conv's output: it broadcasts it")
+        if math.isnan(floor):
+            return NoMatch("the Max's constant is NaN")
+        m.data["floor"] = floor
+        return m
+
+    def activation(self, m: Match) -> tuple[str, list[float] | None]:
+        alpha = float(np.float32(m.node("l").attrs.get("alpha", 0.01)))
+        return "LeakyRelu", [alpha, m.data["floor"]]
+
+
+class LeakyReluMaxAfterConvSwapped(LeakyReluMaxAfterConv):
+    """The same with the Max's operands swapped: Max(c, LeakyRelu(%p = Conv(...)))."""
+
+    pattern = "y = Max(c, l = LeakyRelu(p = Conv(...)))"
+
+
 class ClipMulDivAfterConv(_AfterFloatConv):
     """%y = Div(Mul(%p = Conv(...), Clip(Add(%p, b), lo, hi)), d) -> quanta::Conv
     {activation="ClipMulDiv", activation_params=[b, lo, hi, d]}"""
@@ -195,4 +260,8 @@ class FuseFloatGate(RewritePass):
         HardSigmoidAfterConv(),
         ClipMulDivAfterConv(),
         ClipMulDivAfterConvSwapped(),
+        # the Max rules first: a LeakyRelu fused alone would leave its Max a pass of its own
+        LeakyReluMaxAfterConv(),
+        LeakyReluMaxAfterConvSwapped(),
+        LeakyReluAfterConv(),
     )

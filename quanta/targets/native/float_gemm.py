@@ -300,7 +300,7 @@ def bind_conv(model: Model, node: Node) -> tuple[Kernel | None, str]:
 def bind_fused_conv(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """quanta::Conv (a float Conv with the activation after it fused): a Relu / Clip
     clamps in the GEMM / depthwise store (sgemm.h epilogue), a gated activation (SiLU,
-    HardSwish, HardSigmoid, Paddle's hardswish) runs on each finished task block (sgemm.h
+    HardSwish, HardSigmoid, Paddle's hardswish, LeakyRelu [+ Max]) runs on each finished task block (sgemm.h
     PostOp): no second pass over the output."""
     del model  # unused
     activation = str(node.attrs.get("activation", "Relu"))
@@ -318,7 +318,7 @@ def bind_fused_conv(model: Model, node: Node) -> tuple[Kernel | None, str]:
 
 
 #: sgemm.h PostKind of each gated activation of quanta::Conv
-POST_KINDS = {"SiLU": 1, "HardSwish": 2, "HardSigmoid": 3, "ClipMulDiv": 4}
+POST_KINDS = {"SiLU": 1, "HardSwish": 2, "HardSigmoid": 3, "ClipMulDiv": 4, "LeakyRelu": 5}
 
 
 def _bind_conv(

@@ -25,6 +25,12 @@ void apply_post(const PostOp& op, float* y, int64_t n) {
       to.unary_f32[static_cast<int>(tensor_ops::UnaryF32::kHardSigmoid)](y, y, n, up);
       return;
     case PostKind::kClipGateDiv: to.clip_gate_div(y, n, op.p); return;
+    case PostKind::kLeakyRelu:
+      up.alpha = op.p[0];
+      to.unary_f32[static_cast<int>(tensor_ops::UnaryF32::kLeakyRelu)](y, y, n, up);
+      // the Max node's kernel with its scalar operand (np.maximum: a NaN y stays NaN)
+      if (op.p[1] != -__builtin_inff()) fo.binary[static_cast<int>(float_ops::BinaryOp::kMax)](y, 1, &op.p[1], 0, y, n);
+      return;
     default: return;
   }
 }

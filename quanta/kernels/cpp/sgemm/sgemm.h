@@ -56,8 +56,10 @@ constexpr int kPackNr = 32;  // columns of a packed B panel (a multiple of every
 //   (clip01: np.clip(t, 0, 1), docs/float-ops.md "Elementwise")
 //   kClipGateDiv  y = f32(f32(x · min(max(f32(x + p0), p1), p2)) / p3)
 //                 (Paddle's written-out hardswish: Add, Clip, Mul, Div)
-enum class PostKind : int { kNone = 0, kSilu = 1, kHardSwish = 2, kHardSigmoid = 3, kClipGateDiv = 4 };
-constexpr int kNumPostKinds = 5;
+//   kLeakyRelu    t = x < 0 ? f32(x · p0) : x; y = max(t, p1)    LeakyRelu, then Max of a
+//                 scalar (p1 = −inf: no Max; TensorFlow exports' Maximum(LeakyRelu(x), c))
+enum class PostKind : int { kNone = 0, kSilu = 1, kHardSwish = 2, kHardSigmoid = 3, kClipGateDiv = 4, kLeakyRelu = 5 };
+constexpr int kNumPostKinds = 6;
 struct PostOp {
   PostKind kind = PostKind::kNone;
   float p[4] = {0, 0, 0, 0};
