@@ -259,8 +259,12 @@ constexpr int64_t kTileRows = 24;
 // product: 16 registers) over k steps [k0, k1) of the panel columns at w; acc [R][kSeqPanel]
 // holds the chains (from +0 when zero). The weight vectors are inside the zero-padded
 // panel, so loaded whole.
+// Not inlined: inside the LTO build's larger function GCC hoisted the eight weight loads of
+// the one-row block and spilled an accumulator to the stack (a store-to-load chain a k
+// step); on its own it keeps every accumulator in a register.
 template <class T, int R, int NV, bool kFma>
-inline void tile_rows(const float* a, int64_t lda, const float* w, int64_t k0, int64_t k1, float* acc, bool zero) {
+__attribute__((noinline)) void tile_rows(const float* a, int64_t lda, const float* w, int64_t k0, int64_t k1,
+                                         float* acc, bool zero) {
   constexpr int L = T::kLanes;
   using V = typename T::V;
   V c[R][NV];
@@ -338,6 +342,14 @@ void seq_gemm_tiled(const float* a, int64_t lda, const float* w, int64_t K, int6
         for (int64_t k0 = b0; k0 < b1; k0 += kTileK) {
           const int64_t k1 = b1 < k0 + kTileK ? b1 : k0 + kTileK;
           const bool zero = k0 == b0;
+          if (mr > 1) {
+            // the next chunk's lines: its first column block would otherwise take the misses
+            // of a 512-byte stride, one line a k step (a batch-1 step's chunk is too short
+            // to hide them and streams at the L3's rate without)
+            const int64_t k2 = K < k1 + kTileK ? K : k1 + kTileK;
+            for (const float* q = wp + k1 * kSeqPanel; q < wp + k2 * kSeqPanel; q += 16)
+              _mm_prefetch(reinterpret_cast<const char*>(q), _MM_HINT_T0);
+          }
           int64_t r = 0;
           for (; r + 6 <= mr; r += 6)
             tile_block<T, 6, kFma>(am + r * lda, lda, wp, np, k0, k1, acc + r * kSeqPanel, zero);
