@@ -915,6 +915,76 @@ def _float64_lstm_forward(x, w, r, b):
     return np.stack(ys)
 
 
+@pytest.mark.parametrize(
+    ("op", "H", "n_in", "T", "B", "direction", "lens"),
+    [
+        # X·Wᵀ rows T·B: 5 (a five-row tile), 21 (6+6+6+3), 27 (two row tiles: 24 + 3);
+        # K = 259: eight 32-step chunks and 3, and MLAS's second 256-step block
+        ("LSTM", 65, 259, 21, 1, "bidirectional", None),  # 260 columns: two panels and 4
+        ("LSTM", 7, 3, 9, 3, "reverse", [9, 4, 0]),  # 28 columns, K 3: one partial chunk
+        ("LSTM", 17, 259, 5, 1, "forward", None),  # 68 columns: 8 + 1 vectors, R = 5
+        ("GRU", 65, 259, 9, 3, "bidirectional", [9, 2, 7]),  # 130 + 65 columns
+        ("GRU", 17, 3, 4, 5, "reverse", [4, 4, 1, 0, 3]),  # a four-row recurrence
+        ("OrtLSTM", 65, 259, 27, 1, "bidirectional", None),
+        ("OrtLSTM", 17, 259, 3, 6, "forward", [3, 1, 3, 2, 0, 3]),  # a six-row recurrence
+        ("OrtGRU", 65, 259, 7, 3, "reverse", [7, 5, 1]),
+        ("OrtGRU", 7, 3, 5, 2, "bidirectional", None),
+    ],
+)
+@pytest.mark.parametrize("variant", [False, True])
+def test_float_rnn_avx2_tiles_give_the_twin_bytes(op, H, n_in, T, B, direction, lens, variant):
+    """AVX2's products (seq_gemm_simd.h seq_gemm_tiled: each panel in chunks of kTileK k
+    steps, up to kTileRows rows a tile in blocks of 6 × 2, 5 × 2, 4 × 2, 3 × 4, 2 × 4 and
+    1 × 8 vectors, the chains held in a tile buffer between chunks; for OrtLSTM / OrtGRU the
+    FMA chains of MLAS's 256-step blocks added onto y at each block's end): every row count
+    of a block, a partial chunk, a second MLAS block, partial panels, ragged lengths and
+    initial states (``variant``: input_forget for an LSTM, linear_before_reset for a GRU),
+    the twin's bytes on every ISA at 1 and 2 threads."""
+    rng = np.random.default_rng(H * T + B + n_in)
+    base = "LSTM" if op.endswith("LSTM") else "GRU"
+    D = 2 if direction == "bidirectional" else 1
+    inputs = _float_inputs(
+        rng,
+        base,
+        T=T,
+        B=B,
+        n_in=n_in,
+        H=H,
+        D=D,
+        bias=True,
+        lens=lens,
+        h0=True,
+        c0=True,
+        peephole=base == "LSTM" and not op.startswith("Ort"),
+        layout=0,
+    )
+    attrs = {"hidden_size": H, "direction": direction, "layout": 0}
+    if variant:
+        attrs["input_forget" if base == "LSTM" else "linear_before_reset"] = 1
+    if op == "OrtGRU":
+        _check_ort_gru(inputs, attrs, _assert_same)
+        return
+    if op != "OrtLSTM":
+        _check_float(op, inputs, attrs)
+        return
+    from quanta.kernels.reference.ort_float import ort_lstm_op
+
+    expected = ort_lstm_op(KernelContext(opset=21, op_type="OrtLSTM", n_outputs=3), *inputs, **attrs)
+    model, node = _rnn_model("OrtLSTM", inputs, attrs, domain="quanta")
+    try:
+        for isa in ISAS:
+            _native.set_isa(isa)
+            kernel, reason = native_kernel_for(model, node)
+            assert kernel is not None and kernel.name == "native:ort_lstm_f32", reason
+            for threads in THREADS:
+                ctx = KernelContext(
+                    opset=21, op_type="OrtLSTM", node_name="rnn", n_outputs=3, num_threads=threads
+                )
+                _assert_same(expected, kernel.fn(ctx, *inputs, **attrs, **kernel.params), f"{isa}, {threads}")
+    finally:
+        _native.clear_isa()
+
+
 def test_float_lstm_twin_within_its_error_bound_of_float64():
     """(RNN1) is recursive summation: |err| <= γ_K Σ|a w| per product; the gates then
     add a few ulps (sigmoid_f32, tanh_f32 <= 1.1 ulp). With K = 300 inputs and unit-scale

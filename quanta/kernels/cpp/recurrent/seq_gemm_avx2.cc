@@ -1,5 +1,6 @@
-// AVX2 seq_gemm (float_rnn.h (RNN1); the template: seq_gemm_simd.h): 8 columns per
-// vector, one row x 4 vectors per block (32 columns); masked column tails (vmaskmovps).
+// AVX2 seq_gemm and seq_gemm_mlas (float_rnn.h (RNN1), (RNN-ORT1); the templates:
+// seq_gemm_simd.h): 8 columns per vector, the products in tiles (seq_gemm_tiled: chunks
+// of kTileK k steps of a panel, blocks of up to 6 rows × 2 vectors).
 #include "recurrent/seq_gemm_simd.h"
 
 namespace quanta {

@@ -1,12 +1,15 @@
 // seq_gemm (float_rnn.h (RNN1)) over the vector traits of simd.h, shared by
-// seq_gemm_avx2.cc and seq_gemm_avx512vnni.cc: one row × NV vectors per block (NV·kLanes
-// columns), masked column tails. Each accumulator lane adds its products in increasing
-// k, as the twin: separate multiply and add (no FMA).
+// seq_gemm_avx2.cc and seq_gemm_avx512vnni.cc: AVX-512 in row blocks × NV vectors per
+// block (NV·kLanes columns), masked column tails; AVX2 in tiles (seq_gemm_tiled). Each
+// accumulator lane adds its products in increasing k, as the twin: separate multiply and
+// add (no FMA).
 #pragma once
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "recurrent/float_rnn.h"
@@ -240,12 +243,153 @@ inline void by_vectors(int64_t left, int lanes, Block block) {
   }
 }
 
+// The tiled products of a core with 16 vector registers (AVX2), for seq_gemm and
+// seq_gemm_mlas: a panel's 16 vectors of columns do not fit as one row's accumulators, and
+// seq_block's one row × 4 vectors walked each panel four times per row, two of every
+// eight lines 512 bytes apart (the prefetchers follow that poorly: ddddocr's H = 512
+// batch-1 step, 4 MB of R, took ~130 us; its 21-row input projection ran at ~6 MAC a
+// cycle). Here a panel passes in chunks of kTileK k steps (16 KB, contiguous, in L1 while
+// every row block of the tile computes on it), for up to kTileRows rows at a time whose
+// accumulators wait in a tile buffer between chunks: a float stored and reloaded is the
+// same float, so every lane keeps its chain, (RNN1)'s or (RNN-ORT1)'s.
+constexpr int64_t kTileK = 32;
+constexpr int64_t kTileRows = 24;
+
+// R rows × NV vectors (R·NV <= 12 accumulators, NV weight vectors, the broadcast and a
+// product: 16 registers) over k steps [k0, k1) of the panel columns at w; acc [R][kSeqPanel]
+// holds the chains (from +0 when zero). The weight vectors are inside the zero-padded
+// panel, so loaded whole.
+// Not inlined: inside the LTO build's larger function GCC hoisted the eight weight loads of
+// the one-row block and spilled an accumulator to the stack (a store-to-load chain a k
+// step); on its own it keeps every accumulator in a register.
+template <class T, int R, int NV, bool kFma>
+__attribute__((noinline)) void tile_rows(const float* a, int64_t lda, const float* w, int64_t k0, int64_t k1,
+                                         float* acc, bool zero) {
+  constexpr int L = T::kLanes;
+  using V = typename T::V;
+  V c[R][NV];
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) c[r][v] = zero ? T::zero() : T::loadu(acc + r * kSeqPanel + L * v);
+  for (int64_t k = k0; k < k1; ++k) {
+    const float* wk = w + k * kSeqPanel;
+    V wv[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      wv[v] = T::loadu(wk + L * v);
+      __asm__("" : "+v"(wv[v]));  // one load per weight vector (seq_rows2_panel's reason)
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+      const V av = T::set1(a[r * lda + k]);
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) c[r][v] = kFma ? T::fmadd(av, wv[v], c[r][v]) : T::add(c[r][v], T::mul(av, wv[v]));
+    }
+  }
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) T::storeu(acc + r * kSeqPanel + L * v, c[r][v]);
+}
+
+// tile_rows with nv <= NV vectors (the columns a partial panel's last block holds: the
+// vectors past them are not read, a batch-1 step streams only R's columns).
+template <class T, int R, int NV, bool kFma>
+inline void tile_rows_n(int nv, const float* a, int64_t lda, const float* w, int64_t k0, int64_t k1, float* acc,
+                        bool zero) {
+  if constexpr (NV >= 1) {
+    if (nv >= NV) {
+      tile_rows<T, R, NV, kFma>(a, lda, w, k0, k1, acc, zero);
+    } else {
+      tile_rows_n<T, R, NV - 1, kFma>(nv, a, lda, w, k0, k1, acc, zero);
+    }
+  }
+}
+
+// tile_rows over the np columns of a panel for R rows: 2, 4 or 8 vectors a block by R.
+template <class T, int R, bool kFma>
+inline void tile_block(const float* a, int64_t lda, const float* wp, int64_t np, int64_t k0, int64_t k1, float* acc,
+                       bool zero) {
+  constexpr int L = T::kLanes;
+  constexpr int NV = R >= 4 ? 2 : R >= 2 ? 4 : 8;
+  int64_t n0 = 0;
+  for (; n0 + NV * L <= np; n0 += NV * L) tile_rows<T, R, NV, kFma>(a, lda, wp + n0, k0, k1, acc + n0, zero);
+  if (n0 < np) {
+    const int nv = static_cast<int>((np - n0 + L - 1) / L);
+    tile_rows_n<T, R, NV, kFma>(nv, a, lda, wp + n0, k0, k1, acc + n0, zero);
+  }
+}
+
+// y [M, N] = a [M, K] · w (panels) by (RNN1), or with kFma by (RNN-ORT1) (seq_gemm_mlas:
+// per block of kMlasStrideK k an FMA chain from +0, added to y when accumulate or from
+// the second block on, else stored).
+template <class T, bool kFma>
+void seq_gemm_tiled(const float* a, int64_t lda, const float* w, int64_t K, int64_t N, float* y, int64_t ldy, int64_t M,
+                    bool accumulate) {
+  static_assert(kSeqPanel % (8 * T::kLanes) == 0 && kMlasStrideK % kTileK == 0, "seq_gemm_tiled: blocks");
+  alignas(64) float acc[kTileRows * kSeqPanel];
+  const int64_t block = kFma ? kMlasStrideK : K;
+  for (int64_t p0 = 0; p0 < N; p0 += kSeqPanel) {
+    const float* wp = w + p0 * K;
+    const int64_t np = N - p0 < kSeqPanel ? N - p0 : kSeqPanel;
+    for (int64_t m0 = 0; m0 < M; m0 += kTileRows) {
+      const int64_t mr = M - m0 < kTileRows ? M - m0 : kTileRows;
+      const float* am = a + m0 * lda;
+      for (int64_t b0 = 0; b0 < K || b0 == 0; b0 += block) {
+        const int64_t b1 = K < b0 + block ? K : b0 + block;
+        if (b1 == b0) std::fill(acc, acc + mr * kSeqPanel, 0.0f);  // K = 0
+        for (int64_t k0 = b0; k0 < b1; k0 += kTileK) {
+          const int64_t k1 = b1 < k0 + kTileK ? b1 : k0 + kTileK;
+          const bool zero = k0 == b0;
+          if (mr > 1) {
+            // the next chunk's lines: its first column block would otherwise take the misses
+            // of a 512-byte stride, one line a k step (a batch-1 step's chunk is too short
+            // to hide them and streams at the L3's rate without)
+            const int64_t k2 = K < k1 + kTileK ? K : k1 + kTileK;
+            for (const float* q = wp + k1 * kSeqPanel; q < wp + k2 * kSeqPanel; q += 16)
+              _mm_prefetch(reinterpret_cast<const char*>(q), _MM_HINT_T0);
+          }
+          int64_t r = 0;
+          for (; r + 6 <= mr; r += 6)
+            tile_block<T, 6, kFma>(am + r * lda, lda, wp, np, k0, k1, acc + r * kSeqPanel, zero);
+          const float* ar = am + r * lda;
+          float* accr = acc + r * kSeqPanel;
+          switch (mr - r) {
+            case 5: tile_block<T, 5, kFma>(ar, lda, wp, np, k0, k1, accr, zero); break;
+            case 4: tile_block<T, 4, kFma>(ar, lda, wp, np, k0, k1, accr, zero); break;
+            case 3: tile_block<T, 3, kFma>(ar, lda, wp, np, k0, k1, accr, zero); break;
+            case 2: tile_block<T, 2, kFma>(ar, lda, wp, np, k0, k1, accr, zero); break;
+            case 1: tile_block<T, 1, kFma>(ar, lda, wp, np, k0, k1, accr, zero); break;
+            default: break;
+          }
+        }
+        const bool add = kFma && (accumulate || b0 > 0);
+        for (int64_t i = 0; i < mr; ++i) {
+          float* yr = y + (m0 + i) * ldy + p0;
+          const float* ar = acc + i * kSeqPanel;
+          if (add) {
+            for (int64_t n = 0; n < np; ++n) yr[n] = ar[n] + yr[n];
+          } else {
+            std::memcpy(yr, ar, sizeof(float) * np);
+          }
+        }
+        if (block == 0) break;
+      }
+    }
+  }
+}
+
 // kRows4: blocks of four rows by seq_rows (an ISA with registers for its 16
 // accumulators: AVX-512's 32); then pairs of rows on every ISA.
 template <class T, int NV, bool kRows4 = false>
 void seq_gemm_simd(const float* a, int64_t lda, const float* w, int64_t K, int64_t N, float* y, int64_t ldy,
                    int64_t M) {
   constexpr int64_t kCols = NV * T::kLanes;
+  if constexpr (kCols < kSeqPanel) {  // AVX2
+    seq_gemm_tiled<T, false>(a, lda, w, K, N, y, ldy, M, false);
+    return;
+  }
   // Panel by panel (kSeqPanel columns, [K][kSeqPanel] contiguous): a panel stays in the
   // cache while every row block passes over it, and each k step reads contiguous bytes.
   int64_t first = 0;
@@ -448,6 +592,10 @@ template <class T, int NV, bool kRows4 = false>
 void seq_gemm_mlas_simd(const float* a, int64_t lda, const float* w, int64_t K, int64_t N, float* y, int64_t ldy,
                         int64_t M, bool accumulate) {
   constexpr int64_t kCols = NV * T::kLanes;
+  if constexpr (kCols < kSeqPanel) {  // AVX2
+    seq_gemm_tiled<T, true>(a, lda, w, K, N, y, ldy, M, accumulate);
+    return;
+  }
   if (M == 1 && kCols == kSeqPanel) {
     // two panels a loop (the last loop: the columns left), as seq_gemm_simd's batch-1 path
     for (int64_t first = 0; first < N; first += 2 * kSeqPanel) {
