@@ -32,7 +32,7 @@ from onnx import defs, numpy_helper
 from quanta.ir.graph import unused_name
 from quanta.ir.shape_hints import without_weight_data
 
-__all__ = ["EXPANDED_OPS", "expand_function_ops", "nested_graphs"]
+__all__ = ["EXPANDED_OPS", "expand_function_ops", "inline_model_functions", "nested_graphs"]
 
 #: default-domain operators written out as their function bodies: the transformer
 #: operators of opset 23, Swish (opset 24's SiLU, whose body is the Sigmoid and Mul the
@@ -54,6 +54,38 @@ def expand_function_ops(proto: onnx.ModelProto) -> list[tuple[str, str, str]]:
         if not changed:
             break
     return left
+
+
+#: the domain of quanta's own model-local functions (``quanta::DynamicQuantizeGRU``): the
+#: runtime has kernels for them, and the body is there for ONNX Runtime
+_OWN_DOMAIN = "quanta"
+
+
+def inline_model_functions(proto: onnx.ModelProto) -> int:
+    """Writes out, in place, the calls of the model's own functions (``ModelProto.functions``)
+    as their bodies, as ONNX Runtime does when it loads the file; returns how many kinds of
+    function were called. quanta's own functions stay calls.
+
+    A tool that writes its operators as model-local functions (onnx-quantize 0.2: every
+    quantized MatMul / Gemm is ``quant::QMatMulStatic8bits(X, W, scales, zero points)``,
+    a function of QuantizeLinear, MatMulInteger and DequantizeLinear) makes files quanta
+    could not run otherwise: no kernel knows the call, and the reference evaluator neither."""
+    local = {(f.domain, f.name) for f in proto.functions}
+    if not local:
+        return 0
+    called = {
+        (n.domain, n.op_type)
+        for g in nested_graphs(proto.graph)
+        for n in g.node
+        if (n.domain, n.op_type) in local and n.domain != _OWN_DOMAIN
+    }
+    if not called:
+        return 0
+    from onnx import inliner
+
+    keep = sorted(key for key in local if key[0] == _OWN_DOMAIN)
+    proto.CopyFrom(inliner.inline_selected_functions(proto, keep, exclude=True))
+    return len(called)
 
 
 def nested_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:

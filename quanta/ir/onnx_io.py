@@ -61,7 +61,7 @@ from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from quanta.ir.graph import Graph, GraphError, Model, Node, Value, toposort_nodes
 from quanta.ir.ms_contrib import decompose_contrib_ops
-from quanta.ir.onnx_functions import expand_function_ops, nested_graphs
+from quanta.ir.onnx_functions import expand_function_ops, inline_model_functions, nested_graphs
 from quanta.ir.op_facts import MS as MS_DOMAIN
 from quanta.ir.op_facts import derive
 from quanta.ir.quark_ops import decompose_quark_ops
@@ -150,6 +150,7 @@ def _load_proto(
             # data stays on disk) and shapes are inferred before the data is loaded
             _check_structure(proto.graph, where)
             _check_file(path)
+            inline_model_functions(proto)
             left = decompose_contrib_ops(proto) + decompose_quark_ops(proto)
             expand_function_ops(proto)
             reinfer_declared_shapes(proto)
@@ -167,6 +168,8 @@ def _load_proto(
     _drop_shadowed_initializers(proto.graph, where)
     _check_structure(proto.graph, where)
     _type_bare_declarations(proto, where)
+    # the model's own functions (a quantizer's quant::QMatMulStatic8bits), as their bodies
+    inline_model_functions(proto)
     # ONNX Runtime's fused transformer operators, as the ONNX operators they fuse
     left = decompose_contrib_ops(proto)
     # AMD Quark's extended quantize / dequantize, as the operators they compute

@@ -20,6 +20,8 @@ produces, so a lowered model is also a valid ONNX model that ONNX Runtime runs):
     Add(MatMulIntegerToFloat(...), bias[N]) -> MatMulIntegerToFloat(..., bias)      (FuseMatMulFloatBias)
     Mul(Cast(MatMulInteger(a, b, za, zb)), Mul(sa, sb))
                                    -> com.microsoft::MatMulIntegerToFloat            (LowerMatMulIntegerScaled)
+    DequantizeLinear(MatMulInteger(a, b, za, zb), s)
+                                   -> com.microsoft::MatMulIntegerToFloat            (LowerMatMulIntegerDequantized)
 
 The integer operator's numerics (docs/quantization-math.md eqs. (4)-(6)) differ from the
 float QDQ group only in where rounding happens: the group rounds once after a float32
@@ -66,6 +68,7 @@ __all__ = [
     "LowerLookup",
     "LowerMatMul",
     "LowerMatMulFloatOutput",
+    "LowerMatMulIntegerDequantized",
     "LowerMatMulIntegerScaled",
     "LowerMatMulIntegerScaledFirst",
     "LowerPool",
@@ -855,6 +858,69 @@ class LowerMatMulIntegerScaledFirst(LowerMatMulIntegerScaled):
     pattern = "y = Mul(s = Mul(sa, sb), c = Cast(mm = MatMulInteger(a, b, za?, zb?)))"
 
 
+class LowerMatMulIntegerDequantized(Rule):
+    """``DequantizeLinear(MatMulInteger(a, b, za?, zb?), s, 0?)`` -> ``com.microsoft::
+    MatMulIntegerToFloat(a, b, s, 1, za, zb)`` (s one value), or ``(a, b, 1, s, ...)`` (s one
+    value per column of a rank-2 b, the DequantizeLinear's axis the last).
+
+    The int32 accumulator dequantized by one DequantizeLinear, as onnx-quantize writes its
+    static and dynamic MatMuls (its ``QMatMulStatic8bits`` function: QuantizeLinear,
+    MatMulInteger, DequantizeLinear(acc, x_scale · w_scale)). quanta's native
+    DequantizeLinear takes 8- and 16-bit codes: an int32 one ran on the reference, and the
+    product was not counted as integer. Exact, bit for bit: ONNX's DequantizeLinear of
+    int32 with a zero point of 0 is ``fl(f32(acc) · s)``, and the op computes
+    ``fl(f32(acc) · fl(s · 1))`` (ms_qgemm._integer_to_float) with ``fl(s · 1) = s``.
+    Refused: a nonzero or unknown zero point, a scale of another layout."""
+
+    pattern = "y = DequantizeLinear(mm = MatMulInteger(a, b, za?, zb?), s, zs?)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        if float_elem_name(m["y"]) != "f32":
+            return NoMatch("the dequantized product is not float32")
+        zs = m["zs"]
+        if zs is not None and (not zs.is_const or np.any(np.asarray(zs.const) != 0)):
+            return NoMatch("the DequantizeLinear's zero point is not a constant 0")
+        s = m.value("s")
+        size = _static_size(s)
+        if float_elem_name(s) != "f32" or size is None or size < 1:
+            return NoMatch(f"scale '{s.name}' is not a float32 tensor of known shape")
+        b = m.value("b")
+        y = m.value("y")
+        if size == 1:
+            m.data["per_column"] = False
+            return m
+        n = None if b.shape is None or len(b.shape) != 2 else b.shape[-1]
+        rank = None if y.shape is None else len(y.shape)
+        axis = int(m.root.attrs.get("axis", 1))
+        if len(s.shape) != 1 or size != n or rank is None or axis % rank != rank - 1:
+            return NoMatch(
+                f"scale '{s.name}' of shape {list(s.shape)}: expected one value, or one per column "
+                "of a rank-2 b along the last axis"
+            )
+        za = m["za"]
+        if za is not None and _static_size(za) != 1:
+            return NoMatch("a per-row a_zero_point (the op takes one)")
+        m.data["per_column"] = True
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        one = b.const("one", np.ones((), np.float32))
+        scales = [one, m["s"]] if m.data["per_column"] else [m["s"], one]
+        inputs = [m["a"], m["b"], *scales]
+        za, zb = m["za"], m["zb"]
+        if za is not None or zb is not None:
+            inputs.append(za)
+        if zb is not None:
+            inputs.append(zb)
+        return b.op(
+            "MatMulIntegerToFloat",
+            inputs,
+            domain=MS_DOMAIN,
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            name=m.node("mm").name or None,
+        )
+
+
 class FuseMatMulFloatBias(Rule):
     """``Add(com.microsoft::MatMulIntegerToFloat(a, b, sa, sb, za?, zb?), bias)`` with a
     constant float32 bias of N values (any leading 1s) ->
@@ -952,6 +1018,7 @@ def lower_rules(
         MoveDequantizeAfterConcat(),  # NNCF: a float Concat of one quantized type feeding a Conv
         LowerMatMulIntegerScaled(),
         LowerMatMulIntegerScaledFirst(),
+        LowerMatMulIntegerDequantized(),  # onnx-quantize: DQ(MatMulInteger(...), sa · sb)
         FuseMatMulFloatBias(),
         FuseMatMulFloatBiasFirst(),
         LowerLookup(evaluator, per_channel=wide),

@@ -11,7 +11,8 @@ forward; dft_length L >= N a constant or absent)::
 
 (the samples past N are zeros: they add nothing), K = L / 2 + 1 when onesided, else L.
 
-StftAsConv (signal ``x[B, L, 1]`` real; frame_step, window and frame_length constants)::
+StftAsConv (signal ``x[B, L, 1]`` or ``x[B, L]`` real; frame_step, window and
+frame_length constants)::
 
     %y = STFT(%x, %step, %window?, %length?) {onesided}
       -> %f = Conv(Reshape(%x, [B|0, 1, L]), %basis) {strides=[step]}          [B, 2K, F]
@@ -28,6 +29,12 @@ float32). The result is the native Conv's: within eq. (FG1) of docs/float-ops.md
 K = N of the float64 sum over the float32 basis (tests/passes/rules/test_stft_as_conv.py
 checks the bound and the agreement with onnx.reference and ONNX Runtime).
 
+A signal ``[B, L]`` is a real one: ONNX's STFT asks for ``[B, L, 1]``, ONNX Runtime's kernel
+takes a rank-2 signal as real (torch.stft exported at opset 17 writes one: Kokoro-82M's
+iSTFT generator), and onnx.reference's STFT fails on it. StftAsConv reads it as ``[B, L, 1]``
+(its Reshape to [B, 1, L] is the same); an STFT it refuses otherwise gets the signal
+unsqueezed to ``[B, L, 1]`` (StftRealSignal), so the reference STFT runs it as ORT does.
+
 Refused (STFT): a complex signal (last dimension 2), a signal of another rank, frame
 parameters that are not constants, a window whose length disagrees with frame_length, a
 frame longer than the signal when the signal's length is known. (DFT): a complex or
@@ -42,7 +49,7 @@ import numpy as np
 from quanta.ir.graph import result_type
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 
-__all__ = ["DftAsMatMul", "StftAsConv", "StftAsConvPass", "stft_basis"]
+__all__ = ["DftAsMatMul", "StftAsConv", "StftAsConvPass", "StftRealSignal", "stft_basis"]
 
 
 def stft_basis(window: np.ndarray, bins: int, length: int | None = None) -> np.ndarray:
@@ -68,8 +75,8 @@ class StftAsConv(Rule):
 
     def check(self, m: Match) -> Match | NoMatch:
         x = m["x"]
-        if x.shape is None or len(x.shape) != 3 or x.shape[2] != 1:
-            return NoMatch("not a real signal [B, L, 1] of known rank")
+        if x.shape is None or not (len(x.shape) == 2 or (len(x.shape) == 3 and x.shape[2] == 1)):
+            return NoMatch("not a real signal [B, L, 1] or [B, L] of known rank")
         if x.type is None or x.type.elem.onnx != 1:
             return NoMatch("not a float32 signal")
         for name in ("step", "w", "length"):
@@ -120,6 +127,36 @@ class StftAsConv(Rule):
             "Transpose",
             [split],
             {"perm": [0, 3, 1, 2]},
+            types=result_type(shape_from=y, elem_from=y),
+            name=m.root.name or None,
+        )
+
+
+class StftRealSignal(Rule):
+    """%y = STFT(x[B, L], ...) -> %y = STFT(Unsqueeze(x, [2]), ...): ONNX's layout of a real
+    signal, for the STFTs StftAsConv leaves (it runs first on each node)."""
+
+    pattern = "y = STFT(x, step, w?, length?)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        x = m["x"]
+        if x.shape is None or len(x.shape) != 2:
+            return NoMatch("not a signal [B, L] of known rank")
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> object:
+        x, y = m["x"], m["y"]
+        name = m.root.name or "stft"
+        signal = b.op(
+            "Unsqueeze",
+            [x, b.const("stft_real_axis", np.asarray([2], np.int64))],
+            types=result_type(shape_from=(*x.shape, 1), elem_from=x),
+            name=f"{name}/real",
+        )
+        return b.op(
+            "STFT",
+            [signal, m["step"], m["w"], m["length"]],
+            dict(m.root.attrs),
             types=result_type(shape_from=y, elem_from=y),
             name=m.root.name or None,
         )
@@ -191,4 +228,4 @@ class StftAsConvPass(RewritePass):
     name = "stft_as_conv"
 
     def __init__(self, opset: int | None = None) -> None:
-        super().__init__([StftAsConv(), DftAsMatMul(opset)])
+        super().__init__([StftAsConv(), StftRealSignal(), DftAsMatMul(opset)])

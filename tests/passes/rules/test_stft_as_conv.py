@@ -88,11 +88,67 @@ def test_stft_refusals():
     p = StftAsConvPass()
     model = load(proto)
     assert not run_passes(model, [p]).records[0].modified
-    assert [r.reason for r in p.why_not("StftAsConv")] == ["not a real signal [B, L, 1] of known rank"]
+    assert [r.reason for r in p.why_not("StftAsConv")] == [
+        "not a real signal [B, L, 1] or [B, L] of known rank"
+    ]
     short = stft_proto(10, 16, 4)  # a frame longer than the signal
     p = StftAsConvPass()
     assert not run_passes(load(short), [p]).records[0].modified
     assert "over a signal of 10" in p.why_not("StftAsConv")[0].reason
+
+
+def stft_rank2_proto(length: int, n: int, step: int, *, window_input: bool = False):
+    """torch.stft's opset-17 export: a real signal [B, L] (no trailing 1), a Hann window
+    (an initializer, or a graph input) and frame_length."""
+    inits = [
+        numpy_helper.from_array(np.array(step, np.int64), "step"),
+        numpy_helper.from_array(np.array(n, np.int64), "len"),
+    ]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, length])]
+    if window_input:
+        inputs.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, [n]))
+    else:
+        inits.append(numpy_helper.from_array(np.hanning(n).astype(np.float32), "w"))
+    g = helper.make_graph(
+        [helper.make_node("STFT", ["x", "step", "w", "len"], ["y"], onesided=1, name="stft")],
+        "g",
+        inputs,
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("window_input", [False, True])
+def test_rank2_real_signal_runs_as_onnxruntime_does(window_input):
+    """ONNX Runtime reads STFT(x[B, L]) as the real signal x[B, L, 1]; onnx.reference fails
+    on it. A constant window: StftAsConv; a window fed at run time: the signal unsqueezed
+    (StftRealSignal) and the reference STFT. Both equal ORT to float32 rounding."""
+    length, n, step = 531, 20, 5  # Kokoro's generator: n_fft 20, hop 5
+    proto = stft_rank2_proto(length, n, step, window_input=window_input)
+    model = load(proto)
+    fired = run_passes(model, [StftAsConvPass(17)])
+    if window_input:
+        assert fired.fired("StftRealSignal") == 1 and fired.fired("StftAsConv") == 0
+        assert [nd.op_type for nd in model.graph.nodes] == ["Unsqueeze", "STFT"]
+    else:
+        assert fired.fired("StftAsConv") == 1
+        assert [nd.op_type for nd in model.graph.nodes] == ["Reshape", "Conv", "Reshape", "Transpose"]
+    rng = np.random.default_rng(length)
+    feed = {"x": rng.standard_normal((2, length)).astype(np.float32)}
+    if window_input:
+        feed["w"] = rng.uniform(0.2, 1.0, n).astype(np.float32)
+    w = feed.get("w", np.hanning(n).astype(np.float32))
+    want, mag = stft64(feed["x"][..., None], w, step, n // 2 + 1)
+    got = quanta.InferenceSession(proto.SerializeToString()).run(None, feed)[0]
+    assert got.shape == want.shape == (2, 1 + (length - n) // step, n // 2 + 1, 2)
+    if not window_input:  # the native Conv: eq. (FG1); onnx.reference's FFT has its own order
+        assert np.all(np.abs(got - want) <= (n + 3) * U * mag)
+    ort = pytest.importorskip("onnxruntime")
+    y_ort = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, feed
+    )[0]
+    np.testing.assert_allclose(got, y_ort, rtol=0, atol=1e-5 * float(np.abs(want).max()))
 
 
 def dft_proto(shape, *, opset: int, onesided: int, length: int | None = None, axis: int | None = None):
