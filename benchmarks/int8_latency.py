@@ -43,6 +43,25 @@ def eval_feed(name: str, kind: str, cache: Path) -> Feed:
     return zoodata.feeds(name, "eval", 1, cache)[0]
 
 
+def model_files(
+    name: str, entry: dict, cache: Path, runs: list[str], configs: list[str]
+) -> list[tuple[str, Path]]:
+    """The files of zoo model ``name`` to measure, as (config, path): a model shipped
+    quantized (or made by another tool) as it is; else ``<name>.<config>.onnx`` from the
+    last of ``runs`` that has it, and for config ``fp32`` the zoo's float model."""
+    if entry.get("made_by") or entry.get("source") or name in ("minilm_int8", "smart_turn_int8"):
+        return [("as shipped", cache / entry["path"])]
+    files = []
+    for config in configs:
+        if config == "fp32":
+            files.append((config, cache / entry["path"]))
+            continue
+        found = [p for p in (Path(r).expanduser() / f"{name}.{config}.onnx" for r in runs) if p.exists()]
+        if found:
+            files.append((config, found[-1]))
+    return files
+
+
 def time_file(
     path: Path, feed: Feed, rounds: int, per_round: int, float_functions: str = "auto"
 ) -> dict[str, float]:
@@ -119,15 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.models.split(","):
         entry = manifest[name]
         base = entry.get("source", name)
-        files = []
-        if entry.get("made_by") or entry.get("source") or name in ("minilm_int8", "smart_turn_int8"):
-            files.append(("as shipped", cache / entry["path"]))
-        else:
-            for config in args.configs.split(","):
-                found = [Path(r).expanduser() / f"{name}.{config}.onnx" for r in args.run]
-                found = [p for p in found if p.exists()]
-                if found:
-                    files.append((config, found[-1]))
+        files = model_files(name, entry, cache, args.run, args.configs.split(","))
         feed = eval_feed(base, entry["kind"], cache)
         for config, path in files:
             try:

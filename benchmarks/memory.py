@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "zoo"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import zoodata
-from int8_latency import eval_feed
+from int8_latency import eval_feed, model_files
 
 _CHILD = r"""
 import json
@@ -106,18 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.models.split(","):
         entry = manifest[name]
         base = entry.get("source", name)
-        files = []
-        if entry.get("made_by") or entry.get("source") or name in ("minilm_int8", "smart_turn_int8"):
-            files.append(("as shipped", cache / entry["path"]))
-        else:
-            for config in args.configs.split(","):
-                if config == "fp32":
-                    files.append((config, cache / entry["path"]))
-                    continue
-                found = [Path(r).expanduser() / f"{name}.{config}.onnx" for r in args.run]
-                found = [p for p in found if p.exists()]
-                if found:
-                    files.append((config, found[-1]))
+        files = model_files(name, entry, cache, args.run, args.configs.split(","))
         feed_path = Path(tmp.name) / f"{name}.npz"
         np.savez(feed_path, **eval_feed(base, entry["kind"], cache))
         for config, path in files:
