@@ -49,15 +49,25 @@ def _unary(x: np.ndarray, fn) -> np.ndarray:
     return from_compute(fn(to_compute(x)), x.dtype)
 
 
-try:  # scipy is optional; math.erf is exact to double precision as well, only slower.
-    from scipy.special import erf as _erf_impl
-except ImportError:  # pragma: no cover - depends on the environment
-    _erf_impl = np.frompyfunc(math.erf, 1, 1)
+_ERF: list = []  # the float64 erf, chosen at its first use
+
+
+def _erf_impl():
+    """scipy's erf when scipy is installed, else math.erf (exact to double precision as
+    well, only slower). Imported at the first Erf, not with this module: scipy.special
+    costs a process ~26 MB and most sessions never evaluate an Erf here."""
+    if not _ERF:
+        try:
+            from scipy.special import erf as impl
+        except ImportError:  # pragma: no cover - depends on the environment
+            impl = np.frompyfunc(math.erf, 1, 1)
+        _ERF.append(impl)
+    return _ERF[0]
 
 
 def erf(x: np.ndarray) -> np.ndarray:
     """Elementwise Gauss error function, evaluated in float64, returned in x's dtype."""
-    return np.asarray(_erf_impl(np.asarray(x, dtype=np.float64)), dtype=np.float64).astype(x.dtype)
+    return np.asarray(_erf_impl()(np.asarray(x, dtype=np.float64)), dtype=np.float64).astype(x.dtype)
 
 
 # ------------------------------------------------------------------------ activations
