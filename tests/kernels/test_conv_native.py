@@ -461,6 +461,27 @@ def test_native_conv_with_the_pointwise_gemm_pinned(case):
         check(case)
 
 
+@pytest.mark.parametrize("w_dtype", [np.int8, np.uint8])
+def test_pointwise_operand_outlives_the_callers_weights(w_dtype, monkeypatch):
+    """The pointwise NCHW GEMM reads the weights' own bytes in place (no copy): the QConv
+    keeps the array alive after its caller drops it, and memory reused since changes
+    nothing."""
+    import gc
+
+    monkeypatch.setenv("QUANTA_CONV_PW_PATH", "gemm")
+    rng = np.random.default_rng(17)
+    info = np.iinfo(w_dtype)
+    w = rng.integers(info.min, info.max + 1, (7, 300, 1, 1), dtype=w_dtype)
+    zw = rng.integers(info.min // 2 + 1, info.max // 2, 7).astype(w_dtype)  # distinct per channel
+    x = rng.integers(0, 256, (1, 300, 17, 19), dtype=np.uint8)
+    expected = conv_integer(x, w, 131, zw)
+    conv = _native.QConv(w.copy(), zw)
+    gc.collect()
+    clobber = [np.full(w.shape, 99, w_dtype) for _ in range(16)]  # reuse what was freed
+    np.testing.assert_array_equal(conv.integer(x, 131), expected)
+    del clobber
+
+
 @pytest.mark.parametrize("mode", ["VALID", "SAME_UPPER", "SAME_LOWER"])
 def test_auto_pad_modes_with_odd_total_padding(mode):
     # W = 10, kernel 4, stride 3: total padding 3, odd -> SAME_UPPER and SAME_LOWER differ

@@ -152,6 +152,10 @@ std::vector<float> scales(const py::handle& obj, int64_t n, const std::string& w
 }
 
 struct PyConv {
+  // the weights array QConv reads in place (its pointwise operand); declared before conv
+  // so that the QConv goes first. quanta's binders pass the plan's constant, which nothing
+  // writes after compile.
+  py::object w_keep;
   std::shared_ptr<conv::QConv> conv;
   conv::ConvWorkspace ws;
   std::atomic<bool> busy{false};
@@ -477,9 +481,11 @@ std::shared_ptr<PyConv> make_conv(const py::handle& w_obj, const py::handle& zw_
       zero_points(zw_obj, M, w_unsigned ? 0 : -128, w_unsigned ? 255 : 127, "w_zero_point", -1, nullptr);
   const Isa isa = parse_isa(isa_obj);
   auto out = std::make_shared<PyConv>();
+  out->w_keep = w;
   {
     py::gil_scoped_release release;
-    out->conv = conv::QConv::create(w.data(), w_unsigned, M, Cg, group, zw.data(), zw.size() > 1, attrs, isa);
+    out->conv = conv::QConv::create(w.data(), w_unsigned, M, Cg, group, zw.data(), zw.size() > 1, attrs, isa,
+                                    /*borrow_w=*/true);
   }
   return out;
 }

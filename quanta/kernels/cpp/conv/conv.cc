@@ -183,7 +183,7 @@ void pack_depthwise_nhwc(Isa isa, int64_t sh, int64_t sw, int64_t dh, DepthwiseW
 
 std::shared_ptr<QConv> QConv::create(const void* w, bool w_unsigned, int64_t M, int64_t Cg, int64_t group,
                                      const int32_t* zero_point, bool zero_point_per_channel, const Attributes& attrs,
-                                     Isa isa) {
+                                     Isa isa, bool borrow_w) {
   require(attrs.spatial_rank == 1 || attrs.spatial_rank == 2, "conv: expected 1 or 2 spatial axes");
   require(M >= 1 && Cg >= 1, "w: expected at least one output and one input channel");
   require(group >= 1 && M % group == 0,
@@ -246,11 +246,17 @@ std::shared_ptr<QConv> QConv::create(const void* w, bool w_unsigned, int64_t M, 
   }
 
   if (group == 1 && taps == 1) {  // the pointwise NCHW path's operands (conv_gemm.cc)
-    c->pw_w_.resize(static_cast<size_t>(M * Cg));
+    // the operand is w's own bytes: int8 and uint8 weights alike are qgemm's x as stored
+    if (borrow_w) {
+      c->pw_w_ = static_cast<const uint8_t*>(w);
+    } else {
+      const auto* bytes = static_cast<const uint8_t*>(w);
+      c->pw_w_own_.assign(bytes, bytes + M * Cg);
+      c->pw_w_ = c->pw_w_own_.data();
+    }
     c->pw_rowsum_.assign(static_cast<size_t>(M), 0);
     for (int64_t i = 0; i < M * Cg; ++i) {
       const int32_t v = weight_at(w, w_unsigned, i);
-      c->pw_w_[i] = static_cast<uint8_t>(v);
       c->pw_rowsum_[i / Cg] = static_cast<int32_t>(static_cast<uint32_t>(c->pw_rowsum_[i / Cg]) +
                                                    static_cast<uint32_t>(v + (w_unsigned ? 0 : 128)));  // wraps
     }

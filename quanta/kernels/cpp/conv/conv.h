@@ -202,10 +202,12 @@ struct DepthwiseNhwc;  // kernels.h
 class QConv {
  public:
   // w: [M, Cg, kh, kw] (kh = 1 for 1-D), w_unsigned selects uint8; zero_point: M values
-  // or 1. Throws std::invalid_argument on inconsistent arguments.
+  // or 1. Throws std::invalid_argument on inconsistent arguments. borrow_w: the caller
+  // keeps w alive and unchanged for the QConv's lifetime, so the pointwise path reads its
+  // bytes in place (w [M, Cg] is that path's operand as it is) instead of a copy.
   static std::shared_ptr<QConv> create(const void* w, bool w_unsigned, int64_t M, int64_t Cg, int64_t group,
                                        const int32_t* zero_point, bool zero_point_per_channel, const Attributes& attrs,
-                                       Isa isa);
+                                       Isa isa, bool borrow_w = false);
 
   // The geometry for an input [N, C, H, W] (H = 1 for 1-D); throws std::invalid_argument
   // with the reference's wording when the input does not fit.
@@ -283,8 +285,10 @@ class QConv {
   std::vector<int8_t> direct_w_;     // avx512vnni
   std::vector<int16_t> direct_w16_;  // avx2
   std::vector<int32_t> direct_cs_;   // Σ (w − zw) per output channel
-  // pointwise NCHW path (1x1, one group): w [M, Cg] as qgemm's x operand, and zw
-  std::vector<uint8_t> pw_w_;
+  // pointwise NCHW path (1x1, one group): w [M, Cg] as qgemm's x operand (the caller's
+  // bytes when borrowed, else pw_w_own_), and zw
+  const uint8_t* pw_w_ = nullptr;
+  std::vector<uint8_t> pw_w_own_;
   std::vector<int32_t> pw_zw_;      // M values, or 1
   std::vector<int32_t> pw_rowsum_;  // Σ_c w'[m, c], w' = w + 128 for int8 w (qgemm's x')
 };

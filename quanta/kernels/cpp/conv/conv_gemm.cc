@@ -486,7 +486,7 @@ void QConv::run_implicit(const ConvArgs& a, const Geometry& geo, const Plan& pl,
 // ---------------------------------------------------------------------------------------
 
 bool QConv::pointwise_nchw(const Geometry& geo) const {
-  if (pw_w_.empty() || kh_ != 1 || kw_ != 1 || geo.sh != 1 || geo.sw != 1 || geo.pad_top != 0 || geo.pad_left != 0 ||
+  if (pw_w_ == nullptr || kh_ != 1 || kw_ != 1 || geo.sh != 1 || geo.sw != 1 || geo.pad_top != 0 || geo.pad_left != 0 ||
       geo.pad_bottom != 0 || geo.pad_right != 0) {
     return false;
   }
@@ -531,7 +531,7 @@ void QConv::plan_pointwise_nchw(const ConvArgs& a, const Geometry& geo, Plan& pl
 qgemm::QGemmParams QConv::pointwise_gemm_params(const ConvArgs& a) const {
   qgemm::QGemmParams p;
   p.M = M_;
-  p.x = pw_w_.data();
+  p.x = pw_w_;
   p.x_row_stride = Cg_;
   p.x_signed = !w_unsigned_;
   if (pw_zw_.size() > 1) {
