@@ -384,7 +384,7 @@ def mlas_softmax_rows(rows: np.ndarray) -> np.ndarray:
         return x.copy()
     lowest = np.float32(np.finfo(np.float32).min)
     m = np.fmax(np.nanmax(np.where(np.isnan(x), lowest, x), axis=1), lowest)  # (SM1)
-    with np.errstate(invalid="ignore", over="ignore"):
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         e = mlas_sum_exp(x + (-m)[:, None])  # (SM2)
         lanes = MLAS_SOFTMAX_LANES
         k = d // lanes
