@@ -155,7 +155,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from quanta.ir.graph import Node, Value, result_type
+from quanta.ir.graph import Graph, Node, Value, result_type
 from quanta.ir.ms_contrib import SKIP_LAYER_NORM_DOC, SKIP_SIMPLIFIED_LAYER_NORM_DOC
 from quanta.ir.types import F32, IntType, QuantType
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
@@ -378,7 +378,7 @@ _NCHWC_KEEPS = frozenset(
 _NCHWC_DEPTH = 16
 
 
-def _nchwc_source(v: Value, graph, depth: int) -> bool:
+def _nchwc_source(v: Value, graph: Graph, depth: int) -> bool:
     """Whether ``v`` may be a tensor ORT's NCHWc transformer runs blocked: a float Conv's
     output, possibly through ops it keeps blocked (within ``depth`` steps); a graph input
     or a constant seen through such ops is not (measured: Mul or Add of a graph input then
@@ -1079,7 +1079,7 @@ class FastGeluToOrtFastGelu(Rule):
         )
 
 
-def _only_use(v: Value, graph) -> bool:
+def _only_use(v: Value, graph: Graph) -> bool:
     return len(v.uses) == 1 and not any(o is v for o in graph.outputs)
 
 
