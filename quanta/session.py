@@ -266,7 +266,10 @@ class InferenceSession:
 
             saturates = self._options.float_functions == "ort" and onnxruntime_int8_saturates()
             PassManager(
-                [OrtFloatFunctions(threads=threads, u8s8_saturates=saturates), OrtIntegerResize()]
+                [
+                    OrtFloatFunctions(threads=threads, u8s8_saturates=saturates, opset=model.opset()),
+                    OrtIntegerResize(),
+                ]
             ).run(model)
         if self._options.dynamic_weight_only:
             # what the graph computes, not an optimization: on every level and target

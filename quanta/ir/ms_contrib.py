@@ -18,7 +18,8 @@ BiasGelu(a, b)                  the erf GELU of Add(a, b): in a file ORT's quant
                                 com.microsoft Gelu (its kernel's bits); else Gelu from
                                 opset 20, before it the five nodes of a PyTorch export
                                 (Div, Erf, Add, Mul, Mul: what the quantizers know)
-FastGelu(x, bias?)              the tanh GELU of (G2), docs/float-ops.md, over x + bias
+FastGelu(x, bias?)              the tanh GELU over x + bias in ORT's kernel's order
+                                (FG1), docs/float-ops.md
 QuickGelu(x) {alpha}            Mul(x, Sigmoid(Mul(x, alpha)))
 BiasAdd(x, bias, skip)          Add(Add(x, bias), skip)
 SkipLayerNormalization          s = Add(Add(input, skip), bias); LayerNormalization of s
@@ -72,7 +73,13 @@ from quanta.ir.graph import unused_name
 from quanta.ir.op_facts import MS as MS_DOMAIN
 from quanta.ir.shape_hints import without_weight_data
 
-__all__ = ["MS_DOMAIN", "ORT_QUANTIZER_PRODUCER", "decompose_contrib_ops"]
+__all__ = [
+    "MS_DOMAIN",
+    "ORT_QUANTIZER_PRODUCER",
+    "SKIP_LAYER_NORM_DOC",
+    "SKIP_SIMPLIFIED_LAYER_NORM_DOC",
+    "decompose_contrib_ops",
+]
 
 #: the producer_name ONNX Runtime's quantization tool writes into its files (a file that
 #: computes ORT's functions: quanta.session's float_functions "auto" reads it too)
@@ -101,6 +108,15 @@ HANDLED = frozenset(
 
 _GELU_K = np.uint32(0x3F4C422A).view(np.float32)  # f32(√(2/π)), (G2)
 _GELU_C = np.uint32(0x3D372713).view(np.float32)  # f32(0.044715)
+# FastGelu's constants as ORT's kernel writes them (bias_gelu.cc B and C), eq. (FG1)
+_FAST_GELU_B = np.float32(0.7978845608028654)
+_FAST_GELU_C = np.float32(0.035677408136300125)
+
+#: the doc_string of the node that ends a SkipLayerNormalization's (resp. Skip
+#: Simplified's) norm: ORT computes it with its own kernel (Welford's sums, docs/float-ops.md
+#: (OL8)), which OrtFloatFunctions reads from here
+SKIP_LAYER_NORM_DOC = "com.microsoft SkipLayerNormalization"
+SKIP_SIMPLIFIED_LAYER_NORM_DOC = "com.microsoft SkipSimplifiedLayerNormalization"
 
 
 class _Unsupported(Exception):
@@ -272,14 +288,18 @@ def _bias_gelu(w: _Writer) -> None:
 
 
 def _fast_gelu(w: _Writer) -> None:
+    """ORT's FastGelu kernel (bias_gelu.cc) in its own float32 order, eq. (FG1) of
+    docs/float-ops.md: v · f32(f32(f32(C' · v) · v) + B), its tanh, then
+    f32(0.5 · v) · f32(t + 1), C' = f32(0.044715 · √(2/π)), B = f32(√(2/π)). Tanh is the
+    ONNX one; OrtFloatFunctions makes the chain quanta::OrtFastGelu (MLAS's tanh)."""
     n = w.node
-    x = n.input[0]
+    v = n.input[0]
     if _inp(n, 1):
-        x = w.op("Add", [x, n.input[1]], "biased")
-    half = w.op("Mul", [x, w.f32("half", 0.5)], "half_x")
-    cube = w.op("Mul", [w.op("Mul", [x, x], "x_squared"), x], "x_cubed")
-    inner = w.op("Add", [x, w.op("Mul", [cube, w.f32("c", float(_GELU_C))], "c_x3")], "x_plus")
-    t = w.op("Tanh", [w.op("Mul", [inner, w.f32("k", float(_GELU_K))], "k_inner")], "tanh")
+        v = w.op("Add", [v, n.input[1]], "biased")
+    cv = w.op("Mul", [w.f32("c", float(_FAST_GELU_C)), v], "c_v")
+    inner = w.op("Add", [w.op("Mul", [cv, v], "c_v_v"), w.f32("b", float(_FAST_GELU_B))], "c_v_v_plus_b")
+    t = w.op("Tanh", [w.op("Mul", [v, inner], "tanh_arg")], "tanh")
+    half = w.op("Mul", [w.f32("half", 0.5), v], "half_v")
     one_plus = w.op("Add", [t, w.f32("one", 1.0)], "one_plus")
     w.op("Mul", [half, one_plus], "gelu", out=n.output[0])
 
@@ -315,6 +335,7 @@ def _skip_layer_norm(w: _Writer, users: dict[str, int], outputs: set[str]) -> No
     s = _skip_sum(w, _inp(n, 4), users, outputs)
     eps = float(_attr(n, "epsilon", 1e-12))
     w.layer_norm(s, n.input[2], _inp(n, 3) or None, eps, "ln", out=n.output[0])
+    w.nodes[-1].doc_string = SKIP_LAYER_NORM_DOC
 
 
 def _skip_simplified_layer_norm(w: _Writer, users: dict[str, int], outputs: set[str]) -> None:
@@ -322,6 +343,7 @@ def _skip_simplified_layer_norm(w: _Writer, users: dict[str, int], outputs: set[
     s = _skip_sum(w, _inp(n, 3), users, outputs)
     eps = float(_attr(n, "epsilon", 1e-12))
     w.rms_norm(s, n.input[2], eps, "rms", out=n.output[0])
+    w.nodes[-1].doc_string = SKIP_SIMPLIFIED_LAYER_NORM_DOC
 
 
 def _simplified_layer_norm(w: _Writer, users: dict[str, int], outputs: set[str]) -> None:

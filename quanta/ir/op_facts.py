@@ -427,6 +427,10 @@ FACTS = OpTable(
         Op("OrtReduceSum", QUANTA, shape_only=True),
         # ONNX Runtime's float GlobalAveragePool in MlasPool's order (the same rule file)
         Op("MlasGlobalAveragePool", QUANTA, shape_only=True),
+        # ONNX Runtime's Softmax, LayerNorm family and FastGelu kernels (the same rule file)
+        Op("MlasSoftmax", QUANTA, shape_only=True),
+        Op("OrtLayerNorm", QUANTA, shape_only=True),
+        Op("OrtFastGelu", QUANTA, shape_only=True),
         Op("Mod", shape_only=True),
         Op(
             "Mul",

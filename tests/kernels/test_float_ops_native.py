@@ -1096,7 +1096,7 @@ def test_boundary_errors_name_the_argument() -> None:
         (lambda: _native.exp_f32(x, num_threads=0), "exp_f32: num_threads: expected >= 1, got 0"),
         (
             lambda: _native.unary_f32("gelu_erf", x),
-            "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, mlas_logistic, mlas_tanh, silu, log, cos, sin, expm1, gelu_tanh_mlas, atan, softplus, got 'gelu_erf'",
+            "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, mlas_logistic, mlas_tanh, silu, log, cos, sin, expm1, gelu_tanh_mlas, atan, softplus, fast_gelu_ort, got 'gelu_erf'",
         ),
         (
             lambda: _native.unary_f32("erf", x.astype(np.float16)),

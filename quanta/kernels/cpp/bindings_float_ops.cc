@@ -19,6 +19,11 @@
 //                                                                    x · sigmoid(x), (LN1)-(LN6),
 //                                                                    (CS1)-(CS6) ("cos"), (SN1) ("sin")
 //   elu_f32(x: f32, alpha: float, num_threads=1, out=None)           (EL), alpha rounded to float32
+//   mlas_softmax_f32(x: f32, rank >= 1, num_threads=1, out=None)     ORT's MLAS softmax along the
+//                                                                    last axis, (SM1)-(SM5)
+//   ort_layer_norm_f32(x: f32, scale: f32, bias: f32 | None, axis, epsilon, kernel:
+//                      "layer_norm" | "simplified" | "skip", num_threads=1, out=None)
+//                                                                    ORT's LayerNorm kernels, (OL1)-(OL9)
 //   cast_half(x: f32 | f16, num_threads=1, out=None) -> f16 | f32    NumPy's astype(float16) /
 //                                                                    astype(float32), NaN payloads included
 #include <pybind11/stl.h>
@@ -104,6 +109,68 @@ py::object layer_norm_f32(const py::handle& x_obj, const py::handle& scale_obj, 
   return py::make_tuple(y, mean, inv_std);
 }
 
+py::array mlas_softmax_f32(const py::handle& x_obj, int num_threads, const py::object& out_obj) {
+  auto x = require_array<float>(x_obj, "mlas_softmax_f32: x");
+  check_threads(num_threads, "mlas_softmax_f32");
+  if (x.ndim() < 1) throw py::value_error("mlas_softmax_f32: x: expected rank >= 1, got a scalar");
+  auto y = make_output<float>(out_obj, shape_of(x), "mlas_softmax_f32", {x});
+  const int64_t d = x.shape(x.ndim() - 1);
+  const int64_t rows = d == 0 ? 0 : x.size() / d;
+  run_or_record(
+      [=]() mutable { float_ops::mlas_softmax(x.data(), y.mutable_data(), rows, d, num_threads, active_isa()); });
+  return std::move(y);
+}
+
+py::array ort_layer_norm_f32(const py::handle& x_obj, const py::handle& scale_obj, const py::object& bias_obj,
+                             int64_t axis, float epsilon, const std::string& kernel_name, int num_threads,
+                             const py::object& out_obj) {
+  float_ops::OrtNormKernel kernel;
+  if (kernel_name == "layer_norm") {
+    kernel = float_ops::OrtNormKernel::kLayerNorm;
+  } else if (kernel_name == "simplified") {
+    kernel = float_ops::OrtNormKernel::kSimplified;
+  } else if (kernel_name == "skip") {
+    kernel = float_ops::OrtNormKernel::kSkip;
+  } else {
+    throw py::value_error("ort_layer_norm_f32: kernel: expected one of layer_norm, simplified, skip, got '" +
+                          kernel_name + "'");
+  }
+  auto x = require_array<float>(x_obj, "ort_layer_norm_f32: x");
+  auto scale = require_array<float>(scale_obj, "ort_layer_norm_f32: scale");
+  check_threads(num_threads, "ort_layer_norm_f32");
+  const int64_t rank = x.ndim();
+  if (axis < -rank || axis >= rank) {
+    throw py::value_error("ort_layer_norm_f32: axis: expected in [" + std::to_string(-rank) + ", " +
+                          std::to_string(rank - 1) + "], got " + std::to_string(axis));
+  }
+  if (axis < 0) axis += rank;
+  int64_t d = 1;
+  for (int64_t k = axis; k < rank; ++k) d *= x.shape(k);
+  if (scale.size() != d) {
+    throw py::value_error("ort_layer_norm_f32: scale: expected " + std::to_string(d) + " elements, got " +
+                          std::to_string(scale.size()));
+  }
+  py::array_t<float, py::array::c_style> bias;
+  const bool has_bias = !bias_obj.is_none();
+  if (has_bias) {
+    if (kernel == float_ops::OrtNormKernel::kSimplified) {
+      throw py::value_error("ort_layer_norm_f32: bias: the simplified kernel takes none");
+    }
+    bias = require_array<float>(bias_obj, "ort_layer_norm_f32: bias");
+    if (bias.size() != d) {
+      throw py::value_error("ort_layer_norm_f32: bias: expected " + std::to_string(d) + " elements, got " +
+                            std::to_string(bias.size()));
+    }
+  }
+  auto y = make_output<float>(out_obj, shape_of(x), "ort_layer_norm_f32", {x, scale});
+  const int64_t rows = d == 0 ? 0 : x.size() / d;
+  run_or_record([=]() mutable {
+    float_ops::ort_layer_norm(x.data(), y.mutable_data(), rows, d, scale.data(), has_bias ? bias.data() : nullptr,
+                              epsilon, kernel, num_threads, active_isa());
+  });
+  return std::move(y);
+}
+
 py::array binary_f32(const std::string& op_name, const py::handle& a_obj, const py::handle& b_obj, int num_threads,
                      const py::object& out_obj) {
   float_ops::BinaryOp op;
@@ -153,6 +220,7 @@ py::array unary_f32(const std::string& op_name, const py::handle& x_obj, int num
       {"gelu_tanh_mlas", float_ops::UnaryOp::kGeluTanhMlas},
       {"atan", float_ops::UnaryOp::kAtan},
       {"softplus", float_ops::UnaryOp::kSoftplus},
+      {"fast_gelu_ort", float_ops::UnaryOp::kFastGeluOrt},
   };
   const std::pair<const char*, float_ops::UnaryOp>* found = nullptr;
   for (const auto& entry : kOps) {
@@ -161,7 +229,7 @@ py::array unary_f32(const std::string& op_name, const py::handle& x_obj, int num
   if (found == nullptr) {
     throw py::value_error(
         "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, mlas_logistic, mlas_tanh, silu, "
-        "log, cos, sin, expm1, gelu_tanh_mlas, atan, softplus, "
+        "log, cos, sin, expm1, gelu_tanh_mlas, atan, softplus, fast_gelu_ort, "
         "got "
         "'" +
         op_name + "'");
@@ -245,6 +313,14 @@ void register_float_ops(py::module_& m) {
         "stats=True also returns (mean, inv_std) of shape x.shape[:axis] + (1,) * (rank - axis); "
         "divide=True divides by the standard deviation, eqs. (L4'), (L5') (quanta::LayerNormDiv); "
         "rms=True does not subtract a mean, eq. (L1r) (quanta::RMSNormDiv).");
+  m.def("mlas_softmax_f32", &mlas_softmax_f32, arg("x"), arg("num_threads") = 1, arg("out") = none,
+        "Softmax along the last axis of float32 x as ONNX Runtime's MLAS computes it on an AVX2 host, "
+        "eqs. (SM1)-(SM5) of docs/float-ops.md (the twin: reference/ort_float.mlas_softmax_rows).");
+  m.def("ort_layer_norm_f32", &ort_layer_norm_f32, arg("x"), arg("scale"), arg("bias"), arg("axis"), arg("epsilon"),
+        arg("kernel"), arg("num_threads") = 1, arg("out") = none,
+        "x normalized over axes [axis, rank) as ONNX Runtime 1.32's LayerNormalization (kernel "
+        "'layer_norm'), SimplifiedLayerNormalization ('simplified') or SkipLayerNormalization ('skip') "
+        "computes it, eqs. (OL1)-(OL9) of docs/float-ops.md (the twin: reference/ort_float.ort_layer_norm_rows).");
   m.def("binary_f32", &binary_f32, arg("op"), arg("a"), arg("b"), arg("num_threads") = 1, arg("out") = none,
         "c = a op b in float32 (op: add, sub, mul, div), numpy broadcasting.");
   m.def("elu_f32", &elu_f32, arg("x"), arg("alpha"), arg("num_threads") = 1, arg("out") = none,

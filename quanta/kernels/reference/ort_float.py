@@ -1,5 +1,6 @@
-"""quanta MlasLogistic, MlasTanh, MlasGeluTanh and OrtLSTM: ONNX Runtime's float32 Sigmoid,
-Tanh and LSTM (normative), and a tanh GELU written out around ORT's Tanh.
+"""quanta MlasLogistic, MlasTanh, MlasGeluTanh, OrtLSTM, MlasSoftmax, OrtLayerNorm and
+OrtFastGelu: ONNX Runtime's float32 Sigmoid, Tanh, LSTM, Softmax, LayerNorm family and
+FastGelu (normative), and a tanh GELU written out around ORT's Tanh.
 
 ONNX defines Sigmoid and Tanh as the exact functions; quanta's Sigmoid and Tanh compute
 them within 2.4 and 2 ulp (docs/float-ops.md (Σ1)-(Σ2), (T1)-(T4)). ONNX Runtime's CPU
@@ -54,6 +55,13 @@ docs/float-ops.md (GP1)-(GP3)::
     (GP1) lane j (0 <= j < 4) starts at +0 and adds x[4k + j], k = 0 .. N//4 − 1, in order
     (GP2) s = f32(f32(l0 + l2) + f32(l1 + l3)), then s += x[i] for i = 4·(N//4) .. N − 1
     (GP3) y = f32(s / f32(N))
+
+``MlasSoftmax`` is ORT's float32 Softmax on an AVX2 host (``MlasComputeSoftmax``: the FMA3
+sum-exp kernel, 8 lanes), ``OrtLayerNorm`` its LayerNormalization (``kernel``
+"layer_norm"), SimplifiedLayerNormalization ("simplified") and SkipLayerNormalization
+("skip") kernels of ORT 1.32, ``OrtFastGelu`` its com.microsoft FastGelu; the equations
+(SM1)-(SM5), (OL1)-(OL9) and (FG1) are docs/float-ops.md's ("ONNX Runtime's Softmax,
+LayerNorm family and FastGelu"), each confirmed bit for bit against onnxruntime 1.32.
 """
 
 from __future__ import annotations
@@ -63,7 +71,7 @@ from typing import Any
 
 import numpy as np
 
-from quanta.kernels.reference.float_ops import GELU_C, GELU_K
+from quanta.kernels.reference.float_ops import GELU_C, GELU_K, fma_f32
 from quanta.kernels.reference.ms_lstm import mlas_logistic, mlas_tanh
 from quanta.kernels.reference.registry import OpContext, OpError, register
 from quanta.kernels.reference.rnn import default_activations, gru, lstm
@@ -76,8 +84,15 @@ __all__ = [
     "mlas_global_average_pool_op",
     "mlas_global_average_rows",
     "mlas_logistic_op",
+    "mlas_softmax_op",
+    "mlas_softmax_rows",
+    "mlas_sum_exp",
     "mlas_tanh_op",
+    "ort_fast_gelu",
+    "ort_fast_gelu_op",
     "ort_gru_op",
+    "ort_layer_norm_op",
+    "ort_layer_norm_rows",
     "ort_lstm_op",
     "ort_reduce_mean_op",
     "ort_reduce_sum_op",
@@ -305,3 +320,255 @@ def mlas_global_average_pool_op(ctx: OpContext, x: np.ndarray) -> np.ndarray:
         raise OpError(f"MlasGlobalAveragePool: input of rank {x.ndim}, expected N, C and spatial axes")
     rows = np.ascontiguousarray(x).reshape(x.shape[0] * x.shape[1], -1)
     return mlas_global_average_rows(rows).reshape(x.shape[:2] + (1,) * (x.ndim - 2))
+
+
+# --------------------------------------------------------------------------------------
+# Softmax: MLAS's MlasComputeSoftmax on an AVX2 host (SM1)-(SM5)
+# --------------------------------------------------------------------------------------
+
+#: MlasExpConstants (compute.cpp) as MlasComputeSumExpF32KernelFma3 reads them
+MLAS_EXP_LOWER = np.float32(-88.3762626647949)  # LowerRangeSumExp
+MLAS_EXP_BIAS = np.float32(12582912.0)  # RoundingBias, 1.5 · 2^23
+MLAS_EXP_LOG2E = np.float32(1.44269504088896341)  # Log2Reciprocal
+MLAS_EXP_LN2_HI = np.float32(-6.93145752e-1)  # Log2High
+MLAS_EXP_LN2_LO = np.float32(-1.42860677e-6)  # Log2Low
+MLAS_EXP_POLY = tuple(
+    np.float32(float.fromhex(h))
+    for h in (
+        "0x1.694000p-10",
+        "0x1.125edcp-7",
+        "0x1.555b5ap-5",
+        "0x1.555450p-3",
+        "0x1.fffff6p-2",
+        "0x1.0p+0",
+    )
+)
+#: floats in one of MlasComputeSumExpF32KernelFma3's ymm accumulators
+MLAS_SOFTMAX_LANES = 8
+
+
+def mlas_sum_exp(v: np.ndarray) -> np.ndarray:
+    """(SM2): MLAS's exp of v = x − max (``MlasComputeSumExpF32KernelFma3``, element by
+    element; every step one float32 operation, ``fma`` one rounding)::
+
+        t = max(−88.376, v);  b = fma(t, log2(e), 1.5·2^23);  m = b − 1.5·2^23
+        r = fma(m, LN2_HI, t);  r = fma(m, LN2_LO, r)
+        p = P0;  p = fma(p, r, Pk), k = 1..4;  p = fma(p, r, 1);  p = fma(p, r, 1)
+        y = f32(p · 2^m)   2^m: the bits (bits(b) << 23) + 0x3F800000 (32-bit wrap)"""
+    with np.errstate(invalid="ignore"):
+        t = np.maximum(MLAS_EXP_LOWER, np.asarray(v, np.float32))
+    b = fma_f32(t, MLAS_EXP_LOG2E, MLAS_EXP_BIAS)
+    m = b - MLAS_EXP_BIAS
+    r = fma_f32(m, MLAS_EXP_LN2_HI, t)
+    r = fma_f32(m, MLAS_EXP_LN2_LO, r)
+    p = np.full_like(r, MLAS_EXP_POLY[0])
+    for c in MLAS_EXP_POLY[1:5]:
+        p = fma_f32(p, r, c)
+    p = fma_f32(p, r, MLAS_EXP_POLY[5])
+    p = fma_f32(p, r, MLAS_EXP_POLY[5])
+    scale = ((b.view(np.uint32) << np.uint32(23)) + np.uint32(0x3F800000)).view(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return p * scale
+
+
+def mlas_softmax_rows(rows: np.ndarray) -> np.ndarray:
+    """Softmax of every row of ``rows`` [R, D] (float32) as ORT's MlasComputeSoftmax on an
+    AVX2 host, (SM1)-(SM5) (module docstring); shape [R, D].
+
+    >>> mlas_softmax_rows(np.array([[0.0, 1.0, 2.0]], np.float32)).tolist()
+    [[0.09003057330846786, 0.2447284758090973, 0.6652409434318542]]
+    """
+    x = np.asarray(rows, np.float32)
+    r, d = x.shape
+    if r == 0 or d == 0:
+        return x.copy()
+    lowest = np.float32(np.finfo(np.float32).min)
+    m = np.fmax(np.nanmax(np.where(np.isnan(x), lowest, x), axis=1), lowest)  # (SM1)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        e = mlas_sum_exp(x + (-m)[:, None])  # (SM2)
+        lanes = MLAS_SOFTMAX_LANES
+        k = d // lanes
+        acc = np.zeros((r, lanes), np.float32)
+        for g in range(k):  # (SM3) lane j adds e[8g + j] in increasing g
+            acc = acc + e[:, lanes * g : lanes * (g + 1)]
+        if d > lanes * k:  # the masked last vector: its empty lanes add +0
+            tail = np.zeros((r, lanes), np.float32)
+            tail[:, : d - lanes * k] = e[:, lanes * k :]
+            acc = acc + tail
+        s = ((acc[:, 0] + acc[:, 1]) + (acc[:, 2] + acc[:, 3])) + (
+            (acc[:, 4] + acc[:, 5]) + (acc[:, 6] + acc[:, 7])
+        )
+        scale = np.float32(1) / s  # (SM4)
+        return e * scale[:, None]  # (SM5)
+
+
+@register("MlasSoftmax", QUANTA_DOMAIN)
+def mlas_softmax_op(ctx: OpContext, x: np.ndarray, *, axis: int = -1, coerce_2d: int = 0) -> np.ndarray:
+    """quanta MlasSoftmax-1: float32 Softmax along ``axis`` as ORT computes it, (SM1)-(SM5)
+    (module docstring); ``coerce_2d`` = 1: the opset < 13 form (rows of the 2-D coercion
+    [prod(shape[:axis]), prod(shape[axis:])])."""
+    x = _f32(ctx, x)
+    if x.ndim == 0 or x.size == 0:
+        return x.copy()
+    if not -x.ndim <= axis < x.ndim:
+        raise OpError(f"MlasSoftmax: axis expected in [{-x.ndim}, {x.ndim - 1}], got {axis}")
+    axis %= x.ndim
+    if coerce_2d:
+        return mlas_softmax_rows(x.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)), -1)).reshape(x.shape)
+    moved = np.moveaxis(x, axis, -1)
+    y = mlas_softmax_rows(np.ascontiguousarray(moved).reshape(-1, x.shape[axis]))
+    return np.moveaxis(y.reshape(moved.shape), -1, axis)
+
+
+# --------------------------------------------------------------------------------------
+# FastGelu: com.microsoft FastGelu's CPU kernel (FG1)
+# --------------------------------------------------------------------------------------
+
+#: bias_gelu.cc: B = f32(√(2/π)), C = f32(0.044715 · √(2/π))
+ORT_FAST_GELU_B = np.float32(0.7978845608028654)
+ORT_FAST_GELU_C = np.float32(0.035677408136300125)
+
+
+def ort_fast_gelu(x: np.ndarray) -> np.ndarray:
+    """(FG1), ORT's FastGelu of v (after its bias), every step one float32 operation::
+
+        a = f32(v · f32(f32(f32(C · v) · v) + B));  y = f32(f32(0.5 · v) · f32(mlas_tanh(a) + 1))
+
+    >>> ort_fast_gelu(np.array([0.0, 1.0, -3.0], np.float32)).tolist()
+    [0.0, 0.8411920070648193, -0.0036375224590301514]
+    """
+    v = np.asarray(x, np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        a = v * ((ORT_FAST_GELU_C * v) * v + ORT_FAST_GELU_B)
+        return (np.float32(0.5) * v) * (mlas_tanh(a) + np.float32(1))
+
+
+@register("OrtFastGelu", QUANTA_DOMAIN)
+def ort_fast_gelu_op(ctx: OpContext, x: np.ndarray) -> np.ndarray:
+    """quanta OrtFastGelu-1: com.microsoft FastGelu (no bias) as ORT's CPU kernel, (FG1)."""
+    return ort_fast_gelu(_f32(ctx, x))
+
+
+# --------------------------------------------------------------------------------------
+# LayerNormalization family: ORT 1.32's CPU kernels on an AVX2 host (OL1)-(OL9)
+# --------------------------------------------------------------------------------------
+
+#: OrtLayerNorm's ``kernel``: which of ORT's kernels the node stands for
+ORT_LN_KERNELS = ("layer_norm", "simplified", "skip")
+#: row lengths from which ORT's LayerNormalization / SimplifiedLayerNormalization take
+#: their AVX2 kernels (shorter rows: Welford, resp. the sequential sum)
+ORT_LN_AVX2_FROM = 8
+ORT_SLN_AVX2_FROM = 16
+
+
+def _avx2_square_sum(d: np.ndarray) -> np.ndarray:
+    """(OL3): Σ d² of every row [R, N]: 8 lanes from +0 by FMA over blocks of 8, the lanes
+    summed ((q0 + q4) + (q2 + q6)) + ((q1 + q5) + (q3 + q7)); then, when 4 or more remain,
+    four f32(d·d) added in order; then one FMA per element left."""
+    r, n = d.shape
+    k = n // 8
+    q = np.zeros((r, 8), np.float32)
+    for g in range(k):
+        blk = d[:, 8 * g : 8 * g + 8]
+        q = fma_f32(blk, blk, q)
+    h = q[:, :4] + q[:, 4:]
+    s = (h[:, 0] + h[:, 2]) + (h[:, 1] + h[:, 3])
+    i = 8 * k
+    if n - i >= 4:
+        for j in range(i, i + 4):
+            s = s + d[:, j] * d[:, j]
+        i += 4
+    for j in range(i, n):
+        s = fma_f32(d[:, j], d[:, j], s)
+    return s
+
+
+def _avx2_mean(x: np.ndarray) -> np.ndarray:
+    """(OL1): f32(S / N), S in float64: 4 lanes over blocks of 4, (l0 + l2) + (l1 + l3),
+    then the elements past the last block in order."""
+    r, n = x.shape
+    xd = x.astype(np.float64)
+    k = n // 4
+    acc = np.zeros((r, 4))
+    for g in range(k):
+        acc = acc + xd[:, 4 * g : 4 * g + 4]
+    s = (acc[:, 0] + acc[:, 2]) + (acc[:, 1] + acc[:, 3])
+    for j in range(4 * k, n):
+        s = s + xd[:, j]
+    return (s / n).astype(np.float32)
+
+
+def ort_layer_norm_rows(
+    x: np.ndarray, scale: np.ndarray, bias: np.ndarray | None, epsilon: float, kernel: str
+) -> np.ndarray:
+    """Every row of ``x`` [R, N] normalized as ORT's ``kernel`` computes it (module
+    docstring, (OL1)-(OL9)); shape [R, N]."""
+    x = np.asarray(x, np.float32)
+    scale = np.asarray(scale, np.float32).reshape(-1)
+    bias = None if bias is None else np.asarray(bias, np.float32).reshape(-1)
+    r, n = x.shape
+    f = np.float32
+    eps, count = f(epsilon), f(n)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        if kernel == "simplified" and n >= ORT_SLN_AVX2_FROM:  # (OL6)
+            inv = f(1) / np.sqrt(_avx2_square_sum(x) / count + eps)
+            return (inv[:, None] * x) * scale
+        if kernel == "simplified":  # (OL7)
+            s = np.zeros(r, f)
+            for j in range(n):
+                s = s + x[:, j] * x[:, j]
+            root = np.sqrt(s / count + eps)
+            return (x / root[:, None]) * scale
+        if kernel == "layer_norm" and n >= ORT_LN_AVX2_FROM:  # (OL1)-(OL5)
+            mean = _avx2_mean(x)
+            d = x - mean[:, None]  # (OL2)
+            inv = f(1) / np.sqrt(_avx2_square_sum(d) / count + eps)  # (OL4)
+            t = d * inv[:, None]
+            if bias is None:
+                return t * scale
+            return fma_f32(t, np.broadcast_to(scale, t.shape), np.broadcast_to(bias, t.shape))  # (OL5)
+        if kernel not in ORT_LN_KERNELS:
+            raise ValueError(f"OrtLayerNorm: kernel expected one of {ORT_LN_KERNELS}, got {kernel!r}")
+        mean = np.zeros(r, f)  # (OL8) Welford
+        m2 = np.zeros(r, f)
+        for j in range(n):
+            v = x[:, j]
+            delta = v - mean
+            mean = mean + delta / f(j + 1)
+            m2 = m2 + (v - mean) * delta
+        std = np.sqrt(m2 / count + eps)
+        y = ((x - mean[:, None]) / std[:, None]) * scale  # (OL9)
+        return y if bias is None else y + bias
+
+
+@register("OrtLayerNorm", QUANTA_DOMAIN)
+def ort_layer_norm_op(
+    ctx: OpContext,
+    x: np.ndarray,
+    scale: np.ndarray,
+    bias: np.ndarray | None = None,
+    *,
+    axis: int = -1,
+    epsilon: float = 1e-5,
+    kernel: str = "layer_norm",
+) -> np.ndarray:
+    """quanta OrtLayerNorm-1: float32 x normalized over axes [axis, rank) as ORT's
+    LayerNormalization (``kernel`` "layer_norm"), SimplifiedLayerNormalization
+    ("simplified", no bias) or SkipLayerNormalization ("skip", x the sum it normalizes)
+    computes it, (OL1)-(OL9) (module docstring)."""
+    x = _f32(ctx, x)
+    if kernel not in ORT_LN_KERNELS:
+        raise OpError(f"OrtLayerNorm: kernel expected one of {', '.join(ORT_LN_KERNELS)}, got {kernel!r}")
+    if not -x.ndim <= axis < x.ndim:
+        raise OpError(f"OrtLayerNorm: axis expected in [{-x.ndim}, {x.ndim - 1}], got {axis}")
+    axis %= x.ndim
+    n = int(np.prod(x.shape[axis:], dtype=np.int64))
+    for name, v in (("scale", scale), ("bias", bias)):
+        if v is not None and (np.asarray(v).dtype != np.float32 or np.asarray(v).size != n):
+            raise OpError(
+                f"OrtLayerNorm: {name} must be float32 of {n} elements, got {np.asarray(v).dtype} {np.shape(v)}"
+            )
+    if kernel == "simplified" and bias is not None:
+        raise OpError("OrtLayerNorm: the simplified kernel takes no bias")
+    rows = np.ascontiguousarray(x).reshape(-1, n) if n else x.reshape(-1, 0)
+    return ort_layer_norm_rows(rows, scale, bias, epsilon, kernel).reshape(x.shape)

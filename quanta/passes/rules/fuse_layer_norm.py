@@ -41,11 +41,22 @@ def _producer(v: Value | None, *ops: str) -> Node | None:
     return v.producer
 
 
-def _f32_const(v: Value | None) -> np.ndarray | None:
-    if v is None or not v.is_const:
+def _const(v: Value | None) -> np.ndarray | None:
+    """An initializer's value, or a ``Constant`` node's (ort_float_functions matches these
+    patterns before constant folding, where an export's scalars are Constant nodes)."""
+    if v is None:
         return None
-    a = np.asarray(v.const)
-    return a if a.dtype == np.float32 else None
+    if v.is_const:
+        return np.asarray(v.const)
+    p = v.producer
+    if p is not None and p.op_type == "Constant" and not p.domain and "value" in p.attrs:
+        return np.asarray(p.attrs["value"])
+    return None
+
+
+def _f32_const(v: Value | None) -> np.ndarray | None:
+    a = _const(v)
+    return a if a is not None and a.dtype == np.float32 else None
 
 
 def _is_f32(v: Value | None) -> bool:
@@ -69,8 +80,7 @@ def _mean_axis(node: Node, rank: int | None) -> int | None:
         return None
     axes = node.attrs.get("axes")
     if axes is None and len(node.inputs) > 1:
-        v = node.inputs[1]
-        const = None if v is None or not v.is_const else np.asarray(v.const)
+        const = _const(node.inputs[1])
         if const is None or const.dtype.kind not in "iu":
             return None
         axes = const.reshape(-1).tolist()

@@ -17,6 +17,15 @@ Rules (each replaces the ONNX function by ORT's computation of it)::
                           -> the same node with saturating_pairs = 1
     %y = GlobalAveragePool(DQ(%x))                                GlobalAveragePoolToMlasPool
                           -> %y = quanta::MlasGlobalAveragePool(DQ(%x))
+    %y = Softmax(%x: f32)  (not a QDQ group)                      SoftmaxToMlasSoftmax
+                          -> %y = quanta::MlasSoftmax(%x, axis, coerce_2d)
+    %y = LayerNormalization(%x: f32, scale, bias?)                LayerNormToOrtLayerNorm
+                          -> %y = quanta::OrtLayerNorm(%x, scale, bias?, kernel="layer_norm" | "skip")
+    FuseLayerNorm's pattern with scale and bias                   WrittenLayerNormToOrtLayerNorm
+    FuseRMSNorm's pattern with a scale, no bias                   WrittenRmsNormToOrtLayerNorm
+                          -> %y = quanta::OrtLayerNorm(%x, scale, bias?, kernel=...)
+    the (FG1) chain ir/ms_contrib.py writes for FastGelu          FastGeluToOrtFastGelu
+                          -> %y = quanta::OrtFastGelu(%v)
     %y = BatchNormalization(%x: f32, s, b, mean, var)             BatchNormToOrtAffine
                           -> %y = Add(Mul(%x, a), c)   a = f32(f32(1 / f32(sqrt(f32(var + eps)))) · s)
                                                        c = f32(b − f32(mean · a))   ([C, 1, ...])
@@ -116,14 +125,28 @@ voicefilter embedder quantized by ``quantize_dynamic`` (3 DynamicQuantizeLSTMs) 
 1.0 from ORT on 13 of 24 feeds with the exact sum. Under the same condition as QLinearConv
 these nodes take ``saturating_pairs = 1``, which their twins and native binders compute.
 
+Softmax, LayerNorm family, FastGelu: ORT computes Softmax with MLAS's FMA3 sum-exp kernel
+(its own exp polynomial, 8 lane sums, a product by the reciprocal), LayerNormalization
+with an AVX2 kernel (a float64 mean, FMA lanes for the variance) or Welford's sums (rows
+shorter than 8, and every SkipLayerNormalization), SimplifiedLayerNormalization (which its
+graph optimizer makes of T5's written-out RMS norm) with the same kernel's FMA lanes, and
+FastGelu as x·(C'·x·x + B) around MLAS's tanh (docs/float-ops.md (SM1)-(SM5), (OL1)-(OL9),
+(FG1)). Kokoro-82M as ORT's ``quantize_dynamic`` shipped it differs from ORT from its
+first ALBERT layer with quanta's LayerNorm, Softmax and GELU (held23); g2pid_bert and
+tashkeel at their attention Softmax. ORT fuses a written-out norm only with its affine
+tail (LayerNorm: scale and bias; RMS norm: a scale): the written-out rules ask for it.
+A SkipLayerNormalization's norm comes from ir/ms_contrib.py with its last node's
+``doc_string`` naming the Skip kernel (Welford's, whatever the row length).
+
 GlobalAveragePool: ONNX Runtime's CPU kernel is ``MlasPool`` (pooling.cpp
 ``MlasPoolGlobalKernel``): four lane sums of a row, a two-step horizontal add, the elements
 past the last vector, then ``/ f32(N)`` (docs/float-ops.md (GP1)-(GP3)); quanta's sums 16
 lanes. ORT keeps a 16-bit (or int8) group ``DQ -> GlobalAveragePool -> Q`` float, and its
 last bits choose codes (ppocr_cls's 16-bit file: 1 of 88 codes at its third squeeze-excite
-mean). Only a GlobalAveragePool fed by a DequantizeLinear is rewritten: after a float
-Conv, ORT's NCHWc transformer may run the pool in its blocked layout (another order, not
-modelled); 8-bit groups ORT fuses (QLinearGlobalAveragePool) are integer in both.
+mean). Only a GlobalAveragePool fed by a DequantizeLinear, or of a 1-D or 3-D pool
+(rank 3 or 5), is rewritten: after a float op ORT's NCHWc transformer may run a 2-D pool
+in its blocked layout (another order, not modelled); 8-bit groups ORT fuses
+(QLinearGlobalAveragePool) are integer in both.
 """
 
 from __future__ import annotations
@@ -132,10 +155,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from quanta.ir.graph import Node, Value, result_type
+from quanta.ir.graph import Graph, Node, Value, result_type
+from quanta.ir.ms_contrib import SKIP_LAYER_NORM_DOC, SKIP_SIMPLIFIED_LAYER_NORM_DOC
 from quanta.ir.types import F32, IntType, QuantType
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import describe
+from quanta.passes.rules.fuse_layer_norm import FuseLayerNorm
+from quanta.passes.rules.fuse_rms_norm import FuseRMSNorm
 
 __all__ = [
     "QUANTA_DOMAIN",
@@ -143,8 +169,10 @@ __all__ = [
     "ConvToMlasConv",
     "DynamicQuantizeLstmSaturatingPairs",
     "DynamicQuantizeMatMulSaturatingPairs",
+    "FastGeluToOrtFastGelu",
     "GlobalAveragePoolToMlasPool",
     "GruToOrtGru",
+    "LayerNormToOrtLayerNorm",
     "LstmToOrtLstm",
     "MatMulIntegerSaturatingPairs",
     "MatMulIntegerToFloatSaturatingPairs",
@@ -152,11 +180,17 @@ __all__ = [
     "QdqConvToMlasQLinearConv",
     "ReduceToOrtReduce",
     "SigmoidToMlasLogistic",
+    "SoftmaxToMlasSoftmax",
     "TanhToMlasTanh",
+    "WrittenLayerNormToOrtLayerNorm",
+    "WrittenRmsNormToOrtLayerNorm",
     "ort_batchnorm_affine",
 ]
 
 QUANTA_DOMAIN = "quanta"  # quanta.kernels.reference.ort_float (kernels sit below passes)
+# FastGelu's constants in ORT's kernel (bias_gelu.cc; ir/ms_contrib.py writes them, (FG1))
+ORT_FAST_GELU_B = np.float32(0.7978845608028654)
+ORT_FAST_GELU_C = np.float32(0.035677408136300125)
 
 
 class _ToMlas(Rule):
@@ -319,6 +353,48 @@ class BatchNormToOrtAffine(Rule):
         )
 
 
+#: ops through which ORT's NCHWc transformer keeps a float Conv's output blocked (fused
+#: activations, elementwise ops of blocked inputs, pools, Concat, BatchNormalization)
+_NCHWC_KEEPS = frozenset(
+    {
+        "Relu",
+        "Clip",
+        "Sigmoid",
+        "HardSigmoid",
+        "HardSwish",
+        "LeakyRelu",
+        "Tanh",
+        "Add",
+        "Sum",
+        "Mul",
+        "Concat",
+        "MaxPool",
+        "AveragePool",
+        "BatchNormalization",
+        "Resize",
+        "Upsample",
+    }
+)
+_NCHWC_DEPTH = 16
+
+
+def _nchwc_source(v: Value, graph: Graph, depth: int) -> bool:
+    """Whether ``v`` may be a tensor ORT's NCHWc transformer runs blocked: a float Conv's
+    output, possibly through ops it keeps blocked (within ``depth`` steps); a graph input
+    or a constant seen through such ops is not (measured: Mul or Add of a graph input then
+    GlobalAveragePool is MlasPool's order, a Conv or a graph input pooled directly is not)."""
+    p = v.producer
+    if p is None or depth <= 0:
+        return depth <= 0
+    if p.domain:
+        return p.op_type in ("FusedConv", "NchwcConv")
+    if p.op_type == "Conv":
+        return True
+    if p.op_type in _NCHWC_KEEPS:
+        return any(i is not None and _nchwc_source(i, graph, depth - 1) for i in p.inputs)
+    return False
+
+
 class GlobalAveragePoolToMlasPool(Rule):
     """%y = GlobalAveragePool(DQ(%x)) -> %y = quanta::MlasGlobalAveragePool(DQ(%x))
     (module docstring: ONNX Runtime's MlasPool order)"""
@@ -327,10 +403,13 @@ class GlobalAveragePoolToMlasPool(Rule):
 
     def check(self, m: Match) -> Match | NoMatch:
         x = m["x"]
-        if x.producer is None or x.producer.op_type != "DequantizeLinear":
-            return NoMatch("the input is not a DequantizeLinear's (after a float op ORT may pool in NCHWc)")
         if x.type is None or x.type.elem != F32 or x.type.shape is None or not 3 <= len(x.type.shape) <= 5:
             return NoMatch(f"input {describe(x)} is not float32 of rank 3 to 5 (MlasPool's 1-3 spatial axes)")
+        if len(x.type.shape) == 4 and (
+            any(x is i for i in m.graph.inputs) or _nchwc_source(x, m.graph, _NCHWC_DEPTH)
+        ):
+            # ORT's NCHWc transformer takes 2-D pools of a graph input or of a blocked tensor
+            return NoMatch("a 2-D pool of a graph input or after a float Conv (ORT pools it in NCHWc)")
         sx, y = _dq_storage(x), m["y"]
         q = y.uses[0][0] if len(y.uses) == 1 and not any(o is y for o in m.graph.outputs) else None
         if sx is not None and sx.bits == 8 and q is not None and q.op_type == "QuantizeLinear":
@@ -771,18 +850,255 @@ class DynamicQuantizeLstmSaturatingPairs(MatMulIntegerSaturatingPairs):
     weight_indices = (1, 2)
 
 
+class SoftmaxToMlasSoftmax(Rule):
+    """%y = Softmax(%x: f32) -> %y = quanta::MlasSoftmax(%x)
+    (module docstring: MLAS's softmax on an AVX2 host)"""
+
+    pattern = "y = Softmax(x)"
+
+    def __init__(self, opset: int = 21) -> None:
+        super().__init__()
+        self.opset = int(opset)
+
+    def check(self, m: Match) -> Match | NoMatch:
+        x = m["x"]
+        if m.root.domain:
+            return NoMatch(f"Softmax is in domain {m.root.domain!r}")
+        if x.type is None or x.type.elem != F32:
+            return NoMatch(f"input {describe(x)} is not known to be float32 (MLAS computes float32 only)")
+        y = m["y"]
+        if (x.producer is not None and x.producer.op_type == "DequantizeLinear") or any(
+            c.op_type == "QuantizeLinear" for c in y.consumers()
+        ):
+            return NoMatch("a QDQ Softmax group (ORT may fuse it into QLinearSoftmax; quanta lowers it)")
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        coerce = self.opset < 13
+        axis = int(m.root.attrs.get("axis", 1 if coerce else -1))
+        return b.op(
+            "MlasSoftmax",
+            [m.value("x")],
+            {"axis": axis, "coerce_2d": int(coerce)},
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            domain=QUANTA_DOMAIN,
+            name=m.root.name or None,
+        )
+
+
+def _ln_kernel(doc: str) -> str | None:
+    """OrtLayerNorm's kernel for a norm whose last node carries ``doc`` (ms_contrib marks
+    the norms it writes for ORT's Skip kernels), None: a kernel not modelled."""
+    if doc == SKIP_LAYER_NORM_DOC:
+        return "skip"
+    if doc == SKIP_SIMPLIFIED_LAYER_NORM_DOC:
+        return None
+    return "layer_norm"
+
+
+class LayerNormToOrtLayerNorm(Rule):
+    """%y = LayerNormalization(%x: f32, scale, bias?) -> %y = quanta::OrtLayerNorm(%x, scale, bias?)
+    (module docstring: ORT's LayerNormalization / SkipLayerNormalization kernels)"""
+
+    pattern = "y = LayerNormalization(x, scale, ...)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        node, _x = m.root, m["x"]
+        if node.domain:
+            return NoMatch(f"LayerNormalization is in domain {node.domain!r}")
+        if any(o is not None and (o.uses or any(o is g for g in m.graph.outputs)) for o in node.outputs[1:]):
+            return NoMatch("its Mean or InvStdDev output is read")
+        if int(node.attrs.get("stash_type", 1)) != 1:
+            return NoMatch("stash_type is not float32")
+        for v in node.inputs:
+            if v is not None and (v.type is None or v.type.elem != F32):
+                return NoMatch(f"input {describe(v)} is not known to be float32")
+        kernel = _ln_kernel(node.doc)
+        if kernel is None:
+            return NoMatch("ORT's SkipSimplifiedLayerNormalization kernel is not modelled")
+        m.data["kernel"] = kernel
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        node = m.root
+        return b.op(
+            "OrtLayerNorm",
+            [v for v in node.inputs if v is not None],
+            {
+                "axis": int(node.attrs.get("axis", -1)),
+                "epsilon": float(node.attrs.get("epsilon", 1e-5)),
+                "kernel": m.data["kernel"],
+            },
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            domain=QUANTA_DOMAIN,
+            name=node.name or None,
+        )
+
+
+class _WrittenNormToOrtLayerNorm:
+    """The rewrite of a written-out norm ORT's graph optimizer fuses (LayerNormFusion,
+    SimplifiedLayerNormFusion): both need the affine scale (and LayerNorm its bias)."""
+
+    kernel = "layer_norm"
+
+    def _accept(self, m: Match) -> Match | NoMatch:
+        scale, bias = m.data.get("scale"), m.data.get("bias")
+        if scale is None or (self.kernel == "layer_norm" and bias is None):
+            return NoMatch("no constant scale (and bias) after the norm: ORT does not fuse it")
+        if self.kernel == "simplified" and bias is not None:
+            return NoMatch("a bias after an RMS norm: ORT's fused kernel has none")
+        last = (bias or scale)[0]
+        kernel = self.kernel if self.kernel == "simplified" else _ln_kernel(last.doc)
+        if self.kernel == "simplified" and last.doc == SKIP_SIMPLIFIED_LAYER_NORM_DOC:
+            kernel = None
+        if kernel is None:
+            return NoMatch("ORT's SkipSimplifiedLayerNormalization kernel is not modelled")
+        for name, t in (("scale", scale), ("bias", bias)):
+            if (
+                t is not None
+                and np.asarray(t[1]).ndim > 1
+                and np.asarray(t[1]).size != np.asarray(t[1]).shape[-1]
+            ):
+                return NoMatch(f"the {name} is not one row (ORT's kernel reads one per element of a row)")
+        m.data["kernel"] = kernel
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> None:
+        x, scale, bias = m.data["x"], m.data["scale"], m.data["bias"]
+        inputs = [x, scale[2]] + ([bias[2]] if bias is not None else [])
+        last = (bias or scale)[0]
+        old = last.outputs[0]
+        attrs = {"axis": int(m.data["axis"]), "epsilon": m.data["eps"], "kernel": m.data["kernel"]}
+        new = b.op(
+            "OrtLayerNorm",
+            inputs,
+            attrs,
+            types=result_type(shape_from=old, elem_from=old),
+            domain=QUANTA_DOMAIN,
+        )
+        b.replace(old, new)
+
+
+class WrittenLayerNormToOrtLayerNorm(_WrittenNormToOrtLayerNorm, FuseLayerNorm):
+    """Div(Sub(x, ReduceMean(x)), Sqrt(...)) · scale + bias -> quanta::OrtLayerNorm(x, scale, bias)
+    (module docstring: ORT fuses a written-out LayerNorm into its LayerNormalization kernel)"""
+
+    def check(self, m: Match) -> Match | NoMatch:
+        found = FuseLayerNorm.check(self, m)
+        return found if isinstance(found, NoMatch) else self._accept(found)
+
+
+class WrittenRmsNormToOrtLayerNorm(_WrittenNormToOrtLayerNorm, FuseRMSNorm):
+    """x / Sqrt(ReduceMean(x²) + eps) · scale (or x · 1/Sqrt(..)) -> quanta::OrtLayerNorm(x, scale,
+    kernel="simplified") (module docstring: ORT's SimplifiedLayerNormalization kernel)"""
+
+    kernel = "simplified"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        found = FuseRMSNorm.check(self, m)
+        return found if isinstance(found, NoMatch) else self._accept(found)
+
+
+def _const_scalar(v: Value | None, want: float) -> bool:
+    c = _constant(v)
+    return c is not None and c.dtype == np.float32 and c.size == 1 and float(c.reshape(-1)[0]) == want
+
+
+def _mul_operands(v: Value | None) -> tuple[Value, Value] | None:
+    p = v.producer if v is not None else None
+    if p is None or p.domain or p.op_type != "Mul" or len(p.inputs) != 2:
+        return None
+    return p.inputs[0], p.inputs[1]
+
+
+def _other(pair: tuple[Value, Value], constant: float) -> Value | None:
+    """The operand of a Mul / Add pair that is not the float32 scalar ``constant``."""
+    a, c = pair
+    if _const_scalar(c, constant):
+        return a
+    if _const_scalar(a, constant):
+        return c
+    return None
+
+
+class FastGeluToOrtFastGelu(Rule):
+    """Mul(Mul(0.5, v), Add(Tanh(Mul(v, Add(Mul(Mul(C', v), v), B))), 1)) -> quanta::OrtFastGelu(v)
+    (module docstring: the chain ms_contrib writes for com.microsoft FastGelu, (FG1))"""
+
+    pattern = "y = Mul(h, p)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        g = m.graph
+        for h, p in ((m["h"], m["p"]), (m["p"], m["h"])):
+            pair = _mul_operands(h)
+            v = _other(pair, 0.5) if pair else None
+            add = p.producer if p is not None else None
+            if v is None or add is None or add.domain or add.op_type != "Add" or len(add.inputs) != 2:
+                continue
+            t = _other((add.inputs[0], add.inputs[1]), 1.0)
+            tanh = t.producer if t is not None else None
+            if tanh is None or (tanh.op_type, tanh.domain) not in (("Tanh", ""), ("MlasTanh", QUANTA_DOMAIN)):
+                continue
+            arg = _mul_operands(tanh.inputs[0])
+            if arg is None or v not in arg:
+                continue
+            inner = arg[1] if arg[0] is v else arg[0]
+            ip = inner.producer
+            if ip is None or ip.domain or ip.op_type != "Add" or len(ip.inputs) != 2:
+                continue
+            if not (
+                _const_scalar(ip.inputs[1], float(ORT_FAST_GELU_B))
+                or _const_scalar(ip.inputs[0], float(ORT_FAST_GELU_B))
+            ):
+                continue
+            cvv = ip.inputs[0] if _const_scalar(ip.inputs[1], float(ORT_FAST_GELU_B)) else ip.inputs[1]
+            outer = _mul_operands(cvv)
+            if outer is None or v not in outer:
+                continue
+            cv = _mul_operands(outer[1] if outer[0] is v else outer[0])
+            if cv is None or _other(cv, float(ORT_FAST_GELU_C)) is not v:
+                continue
+            chain = [h.producer, add, tanh, tanh.inputs[0].producer, ip, cvv.producer]
+            chain.append((outer[1] if outer[0] is v else outer[0]).producer)
+            if any(not _only_use(n.outputs[0], g) for n in chain):
+                continue
+            if v.type is None or v.type.elem != F32:
+                return NoMatch(f"input {describe(v)} is not known to be float32")
+            m.data["v"] = v
+            m.matched = [m.root, *chain]
+            return m
+        return NoMatch("not the chain ms_contrib writes for FastGelu (FG1)")
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        return b.op(
+            "OrtFastGelu",
+            [m.data["v"]],
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            domain=QUANTA_DOMAIN,
+            name=m.root.name or None,
+        )
+
+
+def _only_use(v: Value, graph: Graph) -> bool:
+    return len(v.uses) == 1 and not any(o is v for o in graph.outputs)
+
+
 class OrtFloatFunctions(RewritePass):
     name = "ort_float_functions"
     rules = (
+        FastGeluToOrtFastGelu(),
         SigmoidToMlasLogistic(),
         TanhToMlasTanh(),
         BatchNormToOrtAffine(),
         ReduceToOrtReduce(),
         LstmToOrtLstm(),
         GruToOrtGru(),
+        LayerNormToOrtLayerNorm(),
+        WrittenLayerNormToOrtLayerNorm(),
+        WrittenRmsNormToOrtLayerNorm(),
     )
 
-    def __init__(self, threads: int | None = None, *, u8s8_saturates: bool = False) -> None:
+    def __init__(self, threads: int | None = None, *, u8s8_saturates: bool = False, opset: int = 21) -> None:
         """``threads``: ONNX Runtime's intra-op thread count the float Convs follow (None:
         Conv groups keep quanta's exact arithmetic; ConvToMlasConv and
         GlobalAveragePoolToMlasPool are not run).
@@ -790,7 +1106,7 @@ class OrtFloatFunctions(RewritePass):
         without VNNI): the Conv groups ORT fuses become MlasQLinearConv, and the u8·s8
         integer GEMMs (MatMulInteger, MatMulIntegerToFloat, DynamicQuantizeMatMul,
         DynamicQuantizeLSTM) take ``saturating_pairs``."""
-        rules = list(type(self).rules)
+        rules = [*type(self).rules, SoftmaxToMlasSoftmax(opset)]
         if threads is not None:
             # by name only, as MlasConv: the pool's native binder runs the twin's NumPy,
             # and "auto" keeps every step of a timed run on native kernels

@@ -39,6 +39,11 @@ quanta MlasLogistic,   ``unary_f32("mlas_logistic" | "mlas_tanh")``  ort_float.m
 MlasTanh                                                          mlas_tanh_op (ORT's MLAS functions)
 quanta MlasGeluTanh    ``unary_f32("gelu_tanh_mlas")``            ort_float.mlas_gelu_tanh_op, (G2)
                                                                   with MLAS's tanh
+quanta MlasSoftmax     ``mlas_softmax_f32`` along the last axis;   ort_float.mlas_softmax_op,
+                       other axes through a transposed copy       (SM1)-(SM5)
+quanta OrtLayerNorm    ``ort_layer_norm_f32`` (kernel layer_norm, ort_float.ort_layer_norm_op,
+                       simplified, skip)                          (OL1)-(OL9)
+quanta OrtFastGelu     ``unary_f32("fast_gelu_ort")``             ort_float.ort_fast_gelu_op, (FG1)
 Add, Sub, Mul, Div,    ``broadcast_op`` (tensor_ops)               math_ops: wrapping integer
 Max, Min int32 /                                                  arithmetic, int_div_trunc
 int64 / float64                                                   (x / 0 = 0), np.maximum / minimum;
@@ -1006,3 +1011,72 @@ def bind_gelu(model: Model, node: Node) -> tuple[Kernel | None, str]:
         return None, reason
     op = _GELU_OPS[approximate]
     return _kernel(_gelu_native, op + "_f32", node, _unary_specializer(op, _gelu_native))
+
+
+# --------------------------------------------------------------------------------------
+# ONNX Runtime's Softmax, LayerNorm family and FastGelu (reference/ort_float.py), which
+# the session's ``float_functions="ort"`` puts in place of ONNX's (ort_float_functions)
+# --------------------------------------------------------------------------------------
+
+bind_ort_fast_gelu = _bind_unary("OrtFastGelu", "fast_gelu_ort", QUANTA_DOMAIN)
+
+
+@_with_fallback("MlasSoftmax", QUANTA_DOMAIN)
+def _mlas_softmax_native(ctx: Any, x: Any, *, out: Any, axis: int = -1, coerce_2d: int = 0) -> np.ndarray:
+    """quanta MlasSoftmax, float32: ``mlas_softmax_f32`` on the rows of the axis (or of the
+    2-D coercion); another axis through a transposed copy, (SM1)-(SM5)."""
+    x = _f32(x)
+    if x.ndim == 0 or x.size == 0 or not -x.ndim <= axis < x.ndim:
+        raise _Unsupported  # the twin's scalar / empty path, or its error
+    axis %= x.ndim
+    n, t = _native(), _threads(ctx)
+    if coerce_2d or axis == x.ndim - 1:
+        d = math.prod(x.shape[axis:]) if coerce_2d else x.shape[-1]
+        target = None if out is None else out.reshape(-1, d)
+        y = n.mlas_softmax_f32(x.reshape(-1, d), t, target)
+        return out if out is not None else y.reshape(x.shape)
+    moved = n.copy_strided(np.moveaxis(x, axis, -1), t)
+    y = np.moveaxis(n.mlas_softmax_f32(moved, t), -1, axis)
+    if out is None:
+        return n.copy_strided(y, t)
+    n.copy_strided(y, t, out)
+    return out
+
+
+@register_binder("MlasSoftmax", QUANTA_DOMAIN)
+def bind_mlas_softmax(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 quanta MlasSoftmax along any axis (the last one without a copy)."""
+    del model  # unused: the choice depends on the node's types only
+    reason = _check_f32("MlasSoftmax", ("input", node.input(0)))
+    if reason:
+        return None, reason
+    return _kernel(_mlas_softmax_native, "mlas_softmax_f32", node)
+
+
+@_with_fallback("OrtLayerNorm", QUANTA_DOMAIN)
+def _ort_layer_norm_native(
+    ctx: Any,
+    x: Any,
+    scale: Any,
+    bias: Any = None,
+    *,
+    out: Any,
+    axis: int = -1,
+    epsilon: float = 1e-5,
+    kernel: str = "layer_norm",
+) -> np.ndarray:
+    """quanta OrtLayerNorm, float32: ``ort_layer_norm_f32``, (OL1)-(OL9)."""
+    x = _f32(x)
+    s = _f32(scale)
+    b = None if bias is None else _f32(bias)
+    return _native().ort_layer_norm_f32(x, s, b, axis, float(np.float32(epsilon)), kernel, _threads(ctx), out)
+
+
+@register_binder("OrtLayerNorm", QUANTA_DOMAIN)
+def bind_ort_layer_norm(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 quanta OrtLayerNorm (ORT's LayerNormalization, Simplified and Skip kernels)."""
+    del model  # unused: the choice depends on the node's types only
+    reason = _check_f32("OrtLayerNorm", ("X", node.input(0)), ("Scale", node.input(1)), ("B", node.input(2)))
+    if reason:
+        return None, reason
+    return _kernel(_ort_layer_norm_native, "ort_layer_norm_f32", node)

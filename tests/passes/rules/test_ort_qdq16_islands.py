@@ -170,20 +170,36 @@ def test_mlas_global_average_lanes_start_at_positive_zero():
     assert mlas_global_average_rows(np.array([[-0.0, 1.0, -0.0, -0.0]], np.float32))[0] == np.float32(0.25)
 
 
-def test_global_average_pool_of_a_float_op_is_left_with_its_reason():
+def test_global_average_pool_after_a_float_conv_is_left_with_its_reason():
+    """ORT's NCHWc transformer pools a float Conv's output (through a Relu) and a graph
+    input in its blocked layout; a pool of a Relu of a graph input is MlasPool's (measured)."""
+    w = numpy_helper.from_array(np.ones((8, 8, 1, 1), np.float32), "w")
     g = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("GlobalAveragePool", ["r"], ["y"])],
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"]),
+            helper.make_node("Relu", ["c"], ["r"]),
+            helper.make_node("GlobalAveragePool", ["r"], ["y"]),
+            helper.make_node("GlobalAveragePool", ["x"], ["y2"]),
+            helper.make_node("Relu", ["x"], ["rx"]),
+            helper.make_node("GlobalAveragePool", ["rx"], ["y3"]),
+        ],
         "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 5, 5])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "y2", "y3")],
+        initializer=[w],
     )
     model = load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
     p = OrtFloatFunctions(threads=1)
-    result = run_passes(model, [p])
-    assert not result.records[0].modified
+    run_passes(model, [p])
+    assert [n.op_type for n in model.graph.nodes].count("MlasGlobalAveragePool") == 1
     assert [r.reason for r in p.why_not("GlobalAveragePoolToMlasPool")] == [
-        "the input is not a DequantizeLinear's (after a float op ORT may pool in NCHWc)"
-    ]
+        "a 2-D pool of a graph input or after a float Conv (ORT pools it in NCHWc)"
+    ] * 2
+    x = np.random.default_rng(2).standard_normal((1, 8, 5, 5)).astype(np.float32)
+    want = ort_run(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), {"x": x})[2]
+    np.testing.assert_array_equal(
+        mlas_global_average_rows(np.maximum(x, 0).reshape(8, -1)).reshape(want.shape), want
+    )
 
 
 def test_8bit_global_average_pool_group_onnxruntime_fuses_is_left_with_its_reason():

@@ -90,6 +90,23 @@ void layer_norm(const float* x, float* y, int64_t rows, int64_t d, const float* 
   });
 }
 
+void mlas_softmax(const float* x, float* y, int64_t rows, int64_t d, int num_threads, Isa isa) {
+  if (d <= 0) return;
+  const SoftmaxRowsFn fn = kernels_for(isa).mlas_softmax;
+  const int64_t grain = std::max<int64_t>(1, kSoftmaxGrain / std::max<int64_t>(d, 1));
+  for_ranges(num_threads, rows, grain,
+             [&](int64_t begin, int64_t end) { fn(x + begin * d, y + begin * d, end - begin, d); });
+}
+
+void ort_layer_norm(const float* x, float* y, int64_t rows, int64_t d, const float* scale, const float* bias,
+                    float epsilon, OrtNormKernel kernel, int num_threads, Isa isa) {
+  if (d <= 0) return;
+  const OrtLayerNormRowsFn fn = kernels_for(isa).ort_layer_norm;
+  for_ranges(num_threads, rows, row_grain(d), [&](int64_t begin, int64_t end) {
+    fn(x + begin * d, y + begin * d, end - begin, d, scale, bias, epsilon, kernel);
+  });
+}
+
 // ---- binary ops: NumPy broadcasting (broadcast.h) --------------------------------------------
 
 void binary(BinaryOp op, const float* a, const float* b, float* c, const BroadcastShape& s, int num_threads, Isa isa) {

@@ -98,6 +98,28 @@
 //             the twin is kernels/reference/ms_lstm.py (mlas_logistic, mlas_tanh).
 //   gelu_tanh_mlas  (G2) with tanh = mlas_tanh (quanta::MlasGeluTanh: the written-out
 //             tanh GELU of a file ORT's quantizer wrote, whose Tanh is MLAS's)
+//   fast_gelu_ort  (FG1) ORT's FastGelu kernel: a = f32(x · f32(f32(f32(C' · x) · x) + B)),
+//             y = f32(f32(0.5 · x) · f32(mlas_tanh(a) + 1))   (quanta::OrtFastGelu)
+//   mlas_softmax  ORT's MlasComputeSoftmax on an AVX2 host (quanta::MlasSoftmax):
+//             (SM1) m = max(lowest, the non-NaN x_i)   (SM2) e_i = MLAS's exp of f32(x_i − m)
+//             (fma steps, kernels/reference/ort_float.py mlas_sum_exp)
+//             (SM3) 8 lanes: lane j adds e_{8g+j} from +0 in increasing g (the last vector
+//             masked: its empty lanes add +0)  s = ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7))
+//             (SM4) r = f32(1 / s)  (SM5) y_i = f32(e_i · r)
+//   ort_layer_norm  ORT 1.32's LayerNormalization family on an AVX2 host (quanta::OrtLayerNorm),
+//             kernel 0 (LayerNormalization), 1 (SimplifiedLayerNormalization), 2 (Skip):
+//             (OL1)-(OL5) kernel 0, d >= 8: mean = f32(S / d), S the float64 sum over 4 lanes
+//             ((l0+l2)+(l1+l3), then the tail in order); d_i = f32(x_i − mean);
+//             Q = Σ d_i² by (OL3): 8 lanes of fma, ((q0+q4)+(q2+q6))+((q1+q5)+(q3+q7)), then
+//             four f32(d·d) added in order when 4 remain, then one fma per element;
+//             inv = f32(1 / sqrt(f32(f32(Q / d) + eps)));
+//             y_i = fma(f32(d_i · inv), scale_i, bias_i)   (no bias: f32(f32(d_i · inv) · scale_i))
+//             (OL6) kernel 1, d >= 16: Q of x_i by (OL3), inv as above, y_i = f32(f32(inv · x_i) · scale_i)
+//             (OL7) kernel 1, d < 16: s = Σ f32(x_i · x_i) in order (no fma);
+//             r = sqrt(f32(f32(s / d) + eps)); y_i = f32(f32(x_i / r) · scale_i)
+//             (OL8) kernel 2, or kernel 0 with d < 8: Welford, mean = M2 = +0, for k = 1..d:
+//             δ = f32(x_k − mean), mean = f32(mean + f32(δ / k)), M2 = f32(M2 + f32(f32(x_k − mean) · δ))
+//             (OL9) std = sqrt(f32(f32(M2 / d) + eps)); y_i = f32(f32(f32(x_i − mean) / std) · scale_i) + bias_i
 //
 // Broadcasting (binary): the driver drops size-1 dimensions and merges adjacent dimensions
 // that are contiguous (or broadcast) in both inputs, so any broadcast is an odometer over
@@ -158,9 +180,13 @@ enum class UnaryOp : int {
   kExpm1 = 12,
   kGeluTanhMlas = 13,
   kAtan = 14,
-  kSoftplus = 15
+  kSoftplus = 15,
+  kFastGeluOrt = 16
 };
-constexpr int kNumUnaryOps = 16;
+constexpr int kNumUnaryOps = 17;
+
+// OrtLayerNorm's kernel (ort_layer_norm above)
+enum class OrtNormKernel : int { kLayerNorm = 0, kSimplified = 1, kSkip = 2 };
 
 // Inner runs of n elements; a_step / b_step are 1 (contiguous) or 0 (one repeated element).
 using BinaryRunFn = void (*)(const float* a, int64_t a_step, const float* b, int64_t b_step, float* c, int64_t n);
@@ -180,6 +206,9 @@ using SoftmaxRowsFn = void (*)(const float* x, float* y, int64_t rows, int64_t d
 // instead of (L1).
 using LayerNormRowsFn = void (*)(const float* x, float* y, int64_t rows, int64_t d, const float* scale,
                                  const float* bias, float epsilon, float* mean, float* inv_std, bool divide, bool rms);
+// ort_layer_norm's rows (bias may be null; the simplified kernel takes none)
+using OrtLayerNormRowsFn = void (*)(const float* x, float* y, int64_t rows, int64_t d, const float* scale,
+                                    const float* bias, float epsilon, OrtNormKernel kernel);
 
 // One table per ISA (filled by float_ops_<isa>.cc).
 struct Kernels {
@@ -195,6 +224,10 @@ struct Kernels {
   EluRunFn elu;
   ToHalfRunFn to_half;
   FromHalfRunFn from_half;
+  // ONNX Runtime's Softmax and LayerNorm rows (mlas_softmax, ort_layer_norm above): set by
+  // each ISA's file after the table is built (AVX-512: the AVX2 rows, ORT's AVX2 host order)
+  SoftmaxRowsFn mlas_softmax = nullptr;
+  OrtLayerNormRowsFn ort_layer_norm = nullptr;
 };
 
 // Each instruction set's table is built on its first use, inside its own file: a table
@@ -221,6 +254,11 @@ void softmax(const float* x, float* y, int64_t rows, int64_t d, int num_threads,
 
 void layer_norm(const float* x, float* y, int64_t rows, int64_t d, const float* scale, const float* bias, float epsilon,
                 float* mean, float* inv_std, int num_threads, Isa isa, bool divide = false, bool rms = false);
+
+void mlas_softmax(const float* x, float* y, int64_t rows, int64_t d, int num_threads, Isa isa);
+
+void ort_layer_norm(const float* x, float* y, int64_t rows, int64_t d, const float* scale, const float* bias,
+                    float epsilon, OrtNormKernel kernel, int num_threads, Isa isa);
 
 // A broadcast binary operation, dimensions already aligned to the output's rank
 // (broadcast.h, shared with the other binary family).

@@ -14,6 +14,7 @@
 #include <limits>
 
 #include "float_ops/float_ops.h"
+#include "float_ops/ort_rows_scalar.h"
 #include "float_ops/float_ops_scalar.h"
 #include "float_ops/float_ops_simd.h"
 #include "recurrent/mlas_simd.h"
@@ -219,11 +220,149 @@ void from_half_run(const uint16_t* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] = half_to_f32(x[i]);
 }
 
+// ---- ONNX Runtime's rows (float_ops.h mlas_softmax, ort_layer_norm): ort::'s scalar
+// operations lane by lane, in ORT's AVX2 host's lane layout ------------------------------
+
+// (SM2) on 8 lanes: ort::sum_exp_one's operations
+__m256 ort_sum_exp8(__m256 v) {
+  const __m256 t = _mm256_max_ps(_mm256_set1_ps(ort::kExpLower), v);  // v when NaN
+  const __m256 b = _mm256_fmadd_ps(t, _mm256_set1_ps(ort::kExpLog2e), _mm256_set1_ps(ort::kExpBias));
+  const __m256 m = _mm256_sub_ps(b, _mm256_set1_ps(ort::kExpBias));
+  __m256 r = _mm256_fmadd_ps(m, _mm256_set1_ps(ort::kExpLn2Hi), t);
+  r = _mm256_fmadd_ps(m, _mm256_set1_ps(ort::kExpLn2Lo), r);
+  __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(ort::kExpP0), r, _mm256_set1_ps(ort::kExpP1));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ort::kExpP2));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ort::kExpP3));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ort::kExpP4));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_add_epi32(_mm256_slli_epi32(_mm256_castps_si256(b), 23),
+                                     _mm256_set1_epi32(static_cast<int>(ort::kExpOne)));
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+void mlas_softmax_rows(const float* x, float* y, int64_t rows, int64_t d) {
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* xr = x + row * d;
+    float* yr = y + row * d;
+    __m256 vm = _mm256_set1_ps(std::numeric_limits<float>::lowest());
+    int64_t i = 0;
+    for (; i + 8 <= d; i += 8) vm = _mm256_max_ps(_mm256_loadu_ps(xr + i), vm);  // a NaN x keeps vm
+    alignas(32) float l[8];
+    _mm256_store_ps(l, vm);
+    float m = std::numeric_limits<float>::lowest();  // (SM1)
+    for (int j = 0; j < 8; ++j) m = ort::max_skip_nan(m, l[j]);
+    for (; i < d; ++i) m = ort::max_skip_nan(m, xr[i]);
+    const float neg = -m;
+    const __m256 vneg = _mm256_set1_ps(neg);
+    __m256 acc = _mm256_setzero_ps();
+    for (i = 0; i + 8 <= d; i += 8) {
+      const __m256 e = ort_sum_exp8(_mm256_add_ps(_mm256_loadu_ps(xr + i), vneg));  // (SM2)
+      _mm256_storeu_ps(yr + i, e);
+      acc = _mm256_add_ps(acc, e);  // (SM3)
+    }
+    _mm256_store_ps(l, acc);
+    for (int j = 0; i < d; ++i, ++j) {  // the masked last vector
+      yr[i] = ort::sum_exp_one(xr[i] + neg);
+      l[j] = l[j] + yr[i];
+    }
+    const __m256 r = _mm256_set1_ps(1.0f / ort::sum8_pairs(l));                                           // (SM4)
+    for (i = 0; i + 8 <= d; i += 8) _mm256_storeu_ps(yr + i, _mm256_mul_ps(_mm256_loadu_ps(yr + i), r));  // (SM5)
+    const float rs = _mm256_cvtss_f32(r);
+    for (; i < d; ++i) yr[i] *= rs;
+  }
+}
+
+// (OL3) of v(i) = x_i − c (c = +0 not subtracted: the simplified kernel squares x_i)
+template <bool Centred>
+float ort_square_sum8(const float* xr, int64_t d, float c) {
+  const __m256 vc = _mm256_set1_ps(c);
+  __m256 q = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= d; i += 8) {
+    const __m256 v = Centred ? _mm256_sub_ps(_mm256_loadu_ps(xr + i), vc) : _mm256_loadu_ps(xr + i);
+    q = _mm256_fmadd_ps(v, v, q);
+  }
+  alignas(32) float ql[8];
+  _mm256_store_ps(ql, q);
+  float s = ort::sum8_halves(ql);
+  if (d - i >= 4) {
+    for (const int64_t end = i + 4; i < end; ++i) {
+      const float v = Centred ? xr[i] - c : xr[i];
+      s = s + v * v;
+    }
+  }
+  for (; i < d; ++i) {
+    const float v = Centred ? xr[i] - c : xr[i];
+    s = std::fma(v, v, s);
+  }
+  return s;
+}
+
+// (OL1) on 4 float64 lanes
+float ort_mean_f64(const float* xr, int64_t d) {
+  __m256d acc = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 4 <= d; i += 4) acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm_loadu_ps(xr + i)));
+  alignas(32) double l[4];
+  _mm256_store_pd(l, acc);
+  double s = (l[0] + l[2]) + (l[1] + l[3]);
+  for (; i < d; ++i) s = s + static_cast<double>(xr[i]);
+  return static_cast<float>(s / static_cast<double>(d));
+}
+
+void ort_layer_norm_rows(const float* x, float* y, int64_t rows, int64_t d, const float* scale, const float* bias,
+                         float eps, OrtNormKernel kernel) {
+  const float count = static_cast<float>(d);
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* xr = x + row * d;
+    float* yr = y + row * d;
+    if (kernel == OrtNormKernel::kSimplified) {
+      if (d < ort::kSimplifiedAvx2From) {
+        ort::simplified_short_row(xr, yr, d, scale, eps);  // (OL7)
+        continue;
+      }
+      const float inv = 1.0f / std::sqrt(ort_square_sum8<false>(xr, d, 0.0f) / count + eps);  // (OL6)
+      const __m256 vinv = _mm256_set1_ps(inv);
+      int64_t i = 0;
+      for (; i + 8 <= d; i += 8) {
+        const __m256 t = _mm256_mul_ps(vinv, _mm256_loadu_ps(xr + i));
+        _mm256_storeu_ps(yr + i, _mm256_mul_ps(t, _mm256_loadu_ps(scale + i)));
+      }
+      for (; i < d; ++i) yr[i] = (inv * xr[i]) * scale[i];
+      continue;
+    }
+    if (kernel == OrtNormKernel::kSkip || d < ort::kLayerNormAvx2From) {
+      ort::welford_row(xr, yr, d, scale, bias, eps);  // (OL8), (OL9)
+      continue;
+    }
+    const float mean = ort_mean_f64(xr, d);                                                // (OL1)
+    const float inv = 1.0f / std::sqrt(ort_square_sum8<true>(xr, d, mean) / count + eps);  // (OL2)-(OL4)
+    const __m256 vmean = _mm256_set1_ps(mean), vinv = _mm256_set1_ps(inv);
+    int64_t i = 0;
+    for (; i + 8 <= d; i += 8) {
+      const __m256 t = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + i), vmean), vinv);
+      const __m256 sc = _mm256_loadu_ps(scale + i);
+      _mm256_storeu_ps(yr + i,
+                       bias ? _mm256_fmadd_ps(t, sc, _mm256_loadu_ps(bias + i)) : _mm256_mul_ps(t, sc));  // (OL5)
+    }
+    for (; i < d; ++i) {
+      const float t = (xr[i] - mean) * inv;
+      yr[i] = bias ? std::fma(t, scale[i], bias[i]) : t * scale[i];
+    }
+  }
+}
+
 }  // namespace
 
 const Kernels& kernels_avx2() {
-  static const Kernels k =
-      simd_kernels<F32x8>("avx2", softmax_rows<false>, softmax_rows<true>, layer_norm_rows, to_half_run, from_half_run);
+  static const Kernels k = [] {
+    Kernels t = simd_kernels<F32x8>("avx2", softmax_rows<false>, softmax_rows<true>, layer_norm_rows, to_half_run,
+                                    from_half_run);
+    t.mlas_softmax = mlas_softmax_rows;
+    t.ort_layer_norm = ort_layer_norm_rows;
+    return t;
+  }();
   return k;
 }
 

@@ -231,8 +231,14 @@ Kernels with_split_erf(Kernels k) {
 }  // namespace
 
 const Kernels& kernels_avx512vnni() {
-  static const Kernels k = with_split_erf(simd_kernels<F32x16>("avx512vnni", softmax_rows<false>, softmax_rows<true>,
-                                                               layer_norm_rows, to_half_run, from_half_run));
+  static const Kernels k = [] {
+    Kernels t = with_split_erf(simd_kernels<F32x16>("avx512vnni", softmax_rows<false>, softmax_rows<true>,
+                                                    layer_norm_rows, to_half_run, from_half_run));
+    // ORT's rows keep its AVX2 host's 8-lane order (float_ops.h mlas_softmax, ort_layer_norm)
+    t.mlas_softmax = kernels_avx2().mlas_softmax;
+    t.ort_layer_norm = kernels_avx2().ort_layer_norm;
+    return t;
+  }();
   return k;
 }
 

@@ -6,6 +6,7 @@
 
 #include "float_ops/float_ops.h"
 #include "float_ops/float_ops_scalar.h"
+#include "float_ops/ort_rows_scalar.h"
 #include "recurrent/recurrent_scalar.h"
 
 namespace quanta {
@@ -113,10 +114,13 @@ const Kernels& kernels_portable() {
       {unary_run<erf_one>, unary_run<tanh_one>, unary_run<sigmoid_one>, unary_run<relu_one>, unary_run<gelu_one>,
        unary_run<gelu_tanh_one>, unary_run<recurrent::logistic_one>, unary_run<recurrent::tanh_one>,
        unary_run<silu_one>, unary_run<log_one>, unary_run<cos_one>, unary_run<sin_one>, unary_run<expm1_one>,
-       unary_run<gelu_tanh_mlas_one>, unary_run<atan_one>, unary_run<softplus_one>},  // by UnaryOp
+       unary_run<gelu_tanh_mlas_one>, unary_run<atan_one>, unary_run<softplus_one>,
+       unary_run<ort::fast_gelu_one>},  // by UnaryOp
       elu_run,
       to_half_run,
       from_half_run,
+      ort::softmax_rows,
+      ort::layer_norm_rows,
   };
   return k;
 }

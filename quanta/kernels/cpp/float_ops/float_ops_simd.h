@@ -381,6 +381,14 @@ inline typename T::V gelu_tanh_mlas_v(typename T::V x) {  // (G2), MLAS's tanh
   return T::mul(T::mul(T::set1(0.5f), x), T::add(T::set1(1.0f), recurrent::tanh_v<T>(a)));
 }
 
+// (FG1): ORT's FastGelu, ort::fast_gelu_one's operations
+template <class T>
+inline typename T::V fast_gelu_ort_v(typename T::V x) {
+  using V = typename T::V;
+  const V a = T::mul(x, T::add(T::mul(T::mul(T::set1(0.035677408136300125f), x), x), T::set1(0.7978845608028654f)));
+  return T::mul(T::mul(T::set1(0.5f), x), T::add(recurrent::tanh_v<T>(a), T::set1(1.0f)));
+}
+
 // (SP1)-(SP3), softplus_one's operations: −|x| as the sign bit set (np.negative of
 // np.abs, NaN too), u == 1 ? t : log(u) · (t / (u − 1)), x where x >= 0 or NaN else +0,
 // then that plus l (first operand: a NaN x keeps its payload).
@@ -488,7 +496,8 @@ constexpr Kernels simd_kernels(const char* isa, SoftmaxRowsFn softmax, SoftmaxRo
        unary_run_v<T, gelu_v<T>>, unary_run_v<T, gelu_tanh_v<T>>, unary_run_v<T, recurrent::logistic_v<T>>,
        unary_run_v<T, recurrent::tanh_v<T>>, unary_run_v<T, silu_v<T>>, unary_run_v<T, log_v<T>>,
        unary_run_v<T, cos_v<T>>, unary_run_v<T, sin_v<T>>, unary_run_v<T, expm1_v<T>>,
-       unary_run_v<T, gelu_tanh_mlas_v<T>>, unary_run_v<T, atan_v<T>>, unary_run_v<T, softplus_v<T>>},  // by UnaryOp
+       unary_run_v<T, gelu_tanh_mlas_v<T>>, unary_run_v<T, atan_v<T>>, unary_run_v<T, softplus_v<T>>,
+       unary_run_v<T, fast_gelu_ort_v<T>>},  // by UnaryOp
       elu_run_v<T>,
       to_half,
       from_half};
