@@ -940,6 +940,46 @@ def test_float_rnn_avx2_tiles_give_the_twin_bytes(op, H, n_in, T, B, direction, 
     of a block, a partial chunk, a second MLAS block, partial panels, ragged lengths and
     initial states (``variant``: input_forget for an LSTM, linear_before_reset for a GRU),
     the twin's bytes on every ISA at 1 and 2 threads."""
+    _check_float_kind(op, H, n_in, T, B, direction, lens, variant)
+
+
+@pytest.mark.parametrize(
+    ("op", "H", "n_in", "T", "B", "direction", "lens"),
+    [
+        # columns per step product: strips of 32 in pairs, a pair whose second strip is
+        # partial, a partial strip alone; L >= kRowStripMinSteps (4) on the strips, 3 not
+        ("LSTM", 25, 259, 9, 1, "forward", None),  # 100 columns: a pair, then 32 + 4
+        ("LSTM", 7, 3, 5, 1, "reverse", [5]),  # 28 columns: one partial strip
+        ("LSTM", 65, 3, 6, 1, "bidirectional", [4]),  # 260: four pairs and 4; L = 4 of T = 6
+        ("LSTM", 17, 259, 3, 1, "bidirectional", None),  # L = 3: the panels
+        ("LSTM", 259, 3, 4, 1, "forward", None),  # K = 259; two threads: the step team
+        ("GRU", 17, 259, 7, 1, "forward", None),  # z, r 34 columns (32 + 2), h 17
+        ("GRU", 65, 3, 8, 1, "bidirectional", [6]),  # 130 (2 pairs + 2) and 65 (a pair + 1)
+        ("GRU", 25, 3, 4, 1, "reverse", None),
+        ("GRU", 7, 259, 3, 1, "reverse", None),  # L = 3: the panels
+        ("GRU", 259, 3, 4, 1, "forward", None),  # the step team
+        ("OrtLSTM", 25, 259, 6, 1, "bidirectional", None),
+        ("OrtLSTM", 65, 3, 5, 1, "forward", [4]),
+        ("OrtLSTM", 259, 3, 4, 1, "reverse", None),  # K = 259: MLAS's second block
+        ("OrtGRU", 17, 259, 6, 1, "bidirectional", None),
+        ("OrtGRU", 65, 3, 5, 1, "reverse", [5]),
+        ("OrtGRU", 259, 3, 4, 1, "forward", None),  # MLAS's second block
+    ],
+)
+@pytest.mark.parametrize("variant", [False, True])
+def test_float_rnn_batch_one_row_strips_give_the_twin_bytes(op, H, n_in, T, B, direction, lens, variant):
+    """A batch-1 recurrence of 4 steps or more on AVX2 runs its step products on R (and a
+    GRU's R_h) repacked into strips of 32 columns, two strips a pass (seq_gemm_simd.h
+    seq_row_strips; float_rnn.h kSeqRowStrip), each lane's chain as on the panels: (RNN1)
+    for LSTM / GRU, MLAS's 256-step FMA blocks added onto y for OrtLSTM / OrtGRU. Pairs,
+    partial strips, ragged lengths, initial states, both directions, both variants, and the
+    two-thread step team: the twin's bytes on every ISA at 1 and 2 threads."""
+    _check_float_kind(op, H, n_in, T, B, direction, lens, variant)
+
+
+def _check_float_kind(op, H, n_in, T, B, direction, lens, variant) -> None:
+    """LSTM, GRU, OrtLSTM or OrtGRU on random inputs with bias, initial states (and
+    peepholes for LSTM): the twin's bytes on every ISA and thread count."""
     rng = np.random.default_rng(H * T + B + n_in)
     base = "LSTM" if op.endswith("LSTM") else "GRU"
     D = 2 if direction == "bidirectional" else 1

@@ -36,6 +36,8 @@ extern const SeqGemmFn kSeqGemmStripsAvx512Vnni;
 extern const SeqGemmMlasFn kSeqGemmMlasPortable;
 extern const SeqGemmMlasFn kSeqGemmMlasAvx2;
 extern const SeqGemmMlasFn kSeqGemmMlasAvx512Vnni;
+extern const SeqGemmMlasFn kSeqRowStripsAvx2;
+extern const SeqGemmMlasFn kSeqRowStripsMlasAvx2;
 
 SeqGemmMlasFn seq_gemm_mlas_for(Isa isa) {
   switch (isa) {
@@ -57,6 +59,11 @@ SeqGemmFn seq_gemm_for(Isa isa) {
 
 SeqGemmFn seq_gemm_strips_for(Isa isa) { return isa == Isa::kAvx512Vnni ? kSeqGemmStripsAvx512Vnni : nullptr; }
 
+SeqGemmMlasFn seq_row_strips_for(Isa isa, bool mlas) {
+  if (isa != Isa::kAvx2) return nullptr;
+  return mlas ? kSeqRowStripsMlasAvx2 : kSeqRowStripsAvx2;
+}
+
 namespace {
 
 // A batch-6+ LSTM recurrence of this many steps or more runs its H·Rᵀ on R repacked into
@@ -64,17 +71,35 @@ namespace {
 // a step saves ~1 us of ~13 there (benchmarks/results/2026-12-06b-lstm12.md).
 constexpr int64_t kStripMinSteps = 64;
 
-// panels (kSeqPanel columns) -> strips (kSeqStrip columns) of w [K, N]
-std::vector<float> panels_to_strips(const float* w, int64_t K, int64_t N) {
-  const int64_t strips = (N + kSeqStrip - 1) / kSeqStrip, per = kSeqPanel / kSeqStrip;
-  std::vector<float> out(static_cast<size_t>(strips * K * kSeqStrip));
-  for (int64_t s = 0; s < strips; ++s) {
-    const float* panel = w + (s / per) * kSeqPanel * K + (s % per) * kSeqStrip;
-    for (int64_t k = 0; k < K; ++k)
-      std::memcpy(out.data() + (s * K + k) * kSeqStrip, panel + k * kSeqPanel, sizeof(float) * kSeqStrip);
+// panels (kSeqPanel columns) -> strips of S columns (kSeqStrip, kSeqRowStrip) of w [K, N],
+// in a buffer left uninitialized (every float of a strip is copied from its panel, the
+// panels' zero padding included): one pass over the panels, each row of a panel read once
+// and split into its strips (a strip at a time read each panel row kSeqPanel / S times
+// and zero-filled the buffer first: a fifth of ddddocr's batch-1 LSTM, 4 MB of R)
+class Strips {
+ public:
+  Strips(const float* w, int64_t K, int64_t N, int64_t S) {
+    const int64_t strips = (N + S - 1) / S, per = kSeqPanel / S;
+    p_.reset(new float[static_cast<size_t>(strips * K * S)]);
+    for (int64_t q = 0; q * per < strips; ++q) {
+      const int64_t in_panel = std::min(per, strips - q * per);
+      const float* panel = w + q * kSeqPanel * K;
+      float* out = p_.get() + q * per * K * S;
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t j = 0; j < in_panel; ++j)
+          std::memcpy(out + (j * K + k) * S, panel + k * kSeqPanel + j * S, sizeof(float) * S);
+    }
   }
-  return out;
-}
+  const float* data() const { return p_.get(); }
+
+ private:
+  std::unique_ptr<float[]> p_;
+};
+
+// A batch-1 recurrence of this many steps or more runs its products on its recurrence
+// weights repacked into row strips (float_rnn.h kSeqRowStrip): the repack is one pass
+// over them, about what one step reads; a step then takes ~0.6 of its time on the panels.
+constexpr int64_t kRowStripMinSteps = 4;
 
 // A buffer of n floats left uninitialized: the X·Wᵀ products of every step (4 MB for
 // Resemblyzer's LSTMs: 160 steps x 6 rows x 1024 gates), all of which the product writes
@@ -249,6 +274,19 @@ void run_ort_gru_direction(const FloatRnnParams& p, int d, int threads) {
       bh[j] = lbr ? wb[2 * H + j] : wb[2 * H + j] + rb[2 * H + j];
     }
   }
+  // a batch-1 recurrence: its products on R_zr and R_h repacked into row strips
+  const SeqGemmMlasFn row_fn = seq_row_strips_for(p.isa, true);
+  const bool on_rows = row_fn != nullptr && B == 1 && L >= kRowStripMinSteps;
+  const SeqGemmMlasFn step_mlas = on_rows ? row_fn : gemm_mlas;
+  const float* Rzr = p.r[d];
+  const float* Rh = p.r_h[d];
+  std::unique_ptr<Strips> r_rows, rh_rows;
+  if (on_rows) {
+    r_rows = std::make_unique<Strips>(Rzr, H, 2 * H, kSeqRowStrip);
+    rh_rows = std::make_unique<Strips>(Rh, H, H, kSeqRowStrip);
+    Rzr = r_rows->data();
+    Rh = rh_rows->data();
+  }
   const float* bzp = p.bias ? bz.data() : nullptr;
   const float* brp = p.bias ? br.data() : nullptr;
   const float* bhp = p.bias ? bh.data() : nullptr;
@@ -261,12 +299,12 @@ void run_ort_gru_direction(const FloatRnnParams& p, int d, int threads) {
       if (s >= len[b]) continue;
       std::memcpy(zr.data() + b * 2 * H, xw.data() + (row_t(s, b) * B + b) * N, sizeof(float) * 2 * H);
     }
-    gemm_mlas(h.data(), H, p.r[d], H, 2 * H, zr.data(), 2 * H, B, true);  // H·R[zr]ᵀ onto X·W[zr]ᵀ
+    step_mlas(h.data(), H, Rzr, H, 2 * H, zr.data(), 2 * H, B, true);  // H·R[zr]ᵀ onto X·W[zr]ᵀ
     if (lbr) {  // (RNN-ORT-GRU3) L = H·R[h]ᵀ onto Rb_h, or from 0
       if (p.bias) {
         for (int64_t b = 0; b < B; ++b) std::memcpy(lin.data() + b * H, rbh.data(), sizeof(float) * H);
       }
-      gemm_mlas(h.data(), H, p.r_h[d], H, H, lin.data(), H, B, p.bias != nullptr);
+      step_mlas(h.data(), H, Rh, H, H, lin.data(), H, B, p.bias != nullptr);
     }
     for (int64_t b = 0; b < B; ++b) {  // (RNN-ORT-GRU2) r, then r ⊙ L or r ⊙ H
       if (s >= len[b]) continue;
@@ -278,7 +316,7 @@ void run_ort_gru_direction(const FloatRnnParams& p, int d, int threads) {
         if (s >= len[b]) continue;
         std::memcpy(hin.data() + b * H, xw.data() + (row_t(s, b) * B + b) * N + 2 * H, sizeof(float) * H);
       }
-      gemm_mlas(cur.data(), H, p.r_h[d], H, H, hin.data(), H, B, true);
+      step_mlas(cur.data(), H, Rh, H, H, hin.data(), H, B, true);
     }
     for (int64_t b = 0; b < B; ++b) {
       if (s >= len[b]) continue;
@@ -346,13 +384,37 @@ void run_direction(const FloatRnnParams& p, int d, int threads) {
   const float* R = p.r[d];
   // a long batch-6+ LSTM: H·Rᵀ on R's strips (same chains, same bytes)
   SeqGemmFn rgemm = gemm;
-  std::vector<float> r_strips;
+  std::unique_ptr<Strips> r_strips;
   const SeqGemmFn strips_fn = seq_gemm_strips_for(p.isa);
   if (!p.gru && !p.ort && strips_fn != nullptr && B >= 6 && L >= kStripMinSteps) {
-    r_strips = panels_to_strips(R, H, N);
-    R = r_strips.data();
+    r_strips = std::make_unique<Strips>(R, H, N, kSeqStrip);
+    R = r_strips->data();
     rgemm = strips_fn;
   }
+  // a batch-1 recurrence: its products on R (and the GRU's R_h) repacked into row strips
+  const SeqGemmMlasFn row_fn = seq_row_strips_for(p.isa, p.ort);
+  const bool on_rows = row_fn != nullptr && B == 1 && L >= kRowStripMinSteps;
+  const float* Rh = p.gru ? p.r_h[d] : nullptr;
+  std::unique_ptr<Strips> r_rows, rh_rows;
+  if (on_rows) {
+    r_rows = std::make_unique<Strips>(R, H, p.gru ? 2 * H : N, kSeqRowStrip);
+    R = r_rows->data();
+    if (p.gru) {
+      rh_rows = std::make_unique<Strips>(Rh, H, H, kSeqRowStrip);
+      Rh = rh_rows->data();
+    }
+  }
+  // a step's product of ncols columns at w (R or R_h at a column): (RNN1), or for OrtLSTM
+  // (RNN-ORT1) added onto y
+  auto step_product = [&](const float* a, const float* w, int64_t ncols, float* y, int64_t ldy) {
+    if (on_rows) {
+      row_fn(a, H, w, H, ncols, y, ldy, B, p.ort);
+    } else if (p.ort) {
+      gemm_mlas(a, H, w, H, ncols, y, ldy, B, true);
+    } else {
+      rgemm(a, H, w, H, ncols, y, ldy, B);
+    }
+  };
   const bool lbr = p.gru && p.linear_before_reset;
   std::vector<float> zr_all(p.gru ? B * 2 * H : 0);  // the GRU's z and r of every row
   // The LSTM's gates: the recurrent family's row step of the same ISA, which computes
@@ -394,10 +456,10 @@ void run_direction(const FloatRnnParams& p, int d, int threads) {
         if (p.gru) {
           if (u < nz) {
             col_range(2 * H, nz, u, &c0, &c1);
-            if (c0 < c1) gemm(h.data(), H, R + c0 * H, H, c1 - c0, hr.data() + c0, N, B);
+            if (c0 < c1) step_product(h.data(), R + c0 * H, c1 - c0, hr.data() + c0, N);
           } else {
             col_range(H, nh, u - nz, &c0, &c1);
-            if (c0 < c1) gemm(h.data(), H, p.r_h[d] + c0 * H, H, c1 - c0, hr.data() + 2 * H + c0, N, B);
+            if (c0 < c1) step_product(h.data(), Rh + c0 * H, c1 - c0, hr.data() + 2 * H + c0, N);
           }
           return;
         }
@@ -410,10 +472,8 @@ void run_direction(const FloatRnnParams& p, int d, int threads) {
             const int64_t ts = reverse ? len[b] - 1 - s : s;
             std::memcpy(hr.data() + b * N + c0, xw.data() + (ts * B + b) * N + c0, sizeof(float) * (c1 - c0));
           }
-          gemm_mlas(h.data(), H, R + c0 * H, H, c1 - c0, hr.data() + c0, N, B, true);
-        } else {
-          rgemm(h.data(), H, R + c0 * H, H, c1 - c0, hr.data() + c0, N, B);
         }
+        step_product(h.data(), R + c0 * H, c1 - c0, hr.data() + c0, N);
       };
       team.phase(nz + (lbr ? nh : 0), products);
       if (!p.gru) {
@@ -465,7 +525,7 @@ void run_direction(const FloatRnnParams& p, int d, int threads) {
         auto product_h = [&](int64_t u) {
           int64_t c0, c1;
           col_range(H, nh, u, &c0, &c1);
-          if (c0 < c1) gemm(rh.data(), H, p.r_h[d] + c0 * H, H, c1 - c0, hrh.data() + c0, H, B);
+          if (c0 < c1) step_product(rh.data(), Rh + c0 * H, c1 - c0, hrh.data() + c0, H);
         };
         team.phase(nh, product_h);
       }

@@ -66,6 +66,20 @@ using SeqGemmMlasFn = void (*)(const float* a, int64_t lda, const float* w, int6
                                int64_t M, bool accumulate);
 SeqGemmMlasFn seq_gemm_mlas_for(Isa isa);
 
+// Columns per row strip: w [K, N] as strips of kSeqRowStrip columns, strip s = columns
+// [s·kSeqRowStrip, (s + 1)·kSeqRowStrip) as [K][kSeqRowStrip] contiguous, zero-padded past
+// N (the block at a column that is a multiple of kSeqRowStrip starts at w + c·K, as in the
+// panels). float_rnn.cc repacks the recurrence weights of a batch-1 recurrence so: a step
+// then reads them front to back, two strips at a time, where the panels' tiles read half
+// rows of 512 bytes; on AVX2 an H = 400 GRU step's 1.9 MB took 42 us on the panels, 26 on
+// strips (benchmarks/results/2026-12-06h-rnn16.md).
+constexpr int64_t kSeqRowStrip = 32;
+
+// seq_gemm (mlas false: (RNN1), accumulate ignored) or seq_gemm_mlas (mlas true:
+// (RNN-ORT1)) on row strips, a row at a time: the chains and bytes of the panel kernels;
+// null on an ISA without (AVX-512, portable: the panels only).
+SeqGemmMlasFn seq_row_strips_for(Isa isa, bool mlas);
+
 struct FloatRnnParams {
   bool gru = false;
   int64_t T = 0, B = 0, I = 0, H = 0;

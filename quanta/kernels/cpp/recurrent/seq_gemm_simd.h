@@ -380,6 +380,75 @@ void seq_gemm_tiled(const float* a, int64_t lda, const float* w, int64_t K, int6
   }
 }
 
+// One row over NS (1 or 2) strips of kSeqRowStrip columns (float_rnn.h; 4 vectors a strip
+// on AVX2) at w and w + kSeqRowStrip·K, k steps [k0, k1): out [NS·kSeqRowStrip] = the
+// chains from +0, (RNN1)'s (separate multiply and add) or with kFma (RNN-ORT1)'s. Each
+// strip is one contiguous stream (128 bytes a k step), so a batch-1 step reads R
+// front to back in two streams, the pattern the hardware prefetchers follow best.
+template <class T, int NS, bool kFma>
+__attribute__((noinline)) void row_strips(const float* a, const float* w, int64_t K, int64_t k0, int64_t k1,
+                                          float* out) {
+  constexpr int L = T::kLanes;
+  static_assert(4 * L == kSeqRowStrip && (NS == 1 || NS == 2), "row_strips: four vectors a strip");
+  using V = typename T::V;
+  V c[NS][4];
+#pragma GCC unroll 8
+  for (int s = 0; s < NS; ++s)
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) c[s][v] = T::zero();
+  const float* w0 = w + k0 * kSeqRowStrip;
+  const float* w1 = w0 + kSeqRowStrip * K;
+  for (int64_t k = k0; k < k1; ++k, w0 += kSeqRowStrip, w1 += kSeqRowStrip) {
+    const V av = T::set1(a[k]);
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      c[0][v] = kFma ? T::fmadd(av, T::loadu(w0 + L * v), c[0][v]) : T::add(c[0][v], T::mul(av, T::loadu(w0 + L * v)));
+      if (NS > 1)
+        c[NS - 1][v] = kFma ? T::fmadd(av, T::loadu(w1 + L * v), c[NS - 1][v])
+                            : T::add(c[NS - 1][v], T::mul(av, T::loadu(w1 + L * v)));
+    }
+  }
+#pragma GCC unroll 8
+  for (int s = 0; s < NS; ++s)
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) T::storeu(out + s * kSeqRowStrip + L * v, c[s][v]);
+}
+
+// y [M, N] = a [M, K] · w on row strips (float_rnn.h seq_row_strips_for), a row at a time,
+// a pair of strips at a time (the last strip alone when their count is odd): by (RNN1), or
+// with kFma by (RNN-ORT1) (per block of kMlasStrideK k a chain from +0, added to y when
+// accumulate or from the second block on, else stored). The strips are zero-padded past
+// N; only the columns below N are written.
+template <class T, bool kFma>
+void seq_row_strips(const float* a, int64_t lda, const float* w, int64_t K, int64_t N, float* y, int64_t ldy, int64_t M,
+                    bool accumulate) {
+  alignas(64) float buf[2 * kSeqRowStrip];
+  const int64_t block = kFma ? kMlasStrideK : K;
+  for (int64_t m = 0; m < M; ++m) {
+    const float* am = a + m * lda;
+    for (int64_t n0 = 0; n0 < N; n0 += 2 * kSeqRowStrip) {
+      const int64_t nc = N - n0 < 2 * kSeqRowStrip ? N - n0 : 2 * kSeqRowStrip;
+      float* yr = y + m * ldy + n0;
+      for (int64_t b0 = 0; b0 < K || b0 == 0; b0 += block) {
+        const int64_t b1 = K < b0 + block ? K : b0 + block;
+        const bool add = kFma && (accumulate || b0 > 0);
+        float* out = !add && nc == 2 * kSeqRowStrip ? yr : buf;
+        if (nc > kSeqRowStrip) {
+          row_strips<T, 2, kFma>(am, w + n0 * K, K, b0, b1, out);
+        } else {
+          row_strips<T, 1, kFma>(am, w + n0 * K, K, b0, b1, out);
+        }
+        if (add) {
+          for (int64_t n = 0; n < nc; ++n) yr[n] = buf[n] + yr[n];
+        } else if (out == buf) {
+          std::memcpy(yr, buf, sizeof(float) * nc);
+        }
+        if (block == 0) break;
+      }
+    }
+  }
+}
+
 // kRows4: blocks of four rows by seq_rows (an ISA with registers for its 16
 // accumulators: AVX-512's 32); then pairs of rows on every ISA.
 template <class T, int NV, bool kRows4 = false>
