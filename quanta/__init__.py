@@ -59,10 +59,27 @@ def _session_outputs_shard(model, feeds):
 
 
 def _install_accuracy_hooks() -> None:
+    import importlib.util
+
     from quanta.debug.compare import compare
     from quanta.quantize import accuracy
 
-    accuracy.install(compare=compare, outputs=_session_outputs)
+    if importlib.util.find_spec("torch") is None:  # quanta.qat (Recipe.learned) needs it
+        accuracy.install(compare=compare, outputs=_session_outputs)
+        return
+    accuracy.install(compare=compare, outputs=_session_outputs, learn=_learn, trainable=_trainable)
+
+
+def _learn(fp32, path, feeds, spec):
+    from quanta.qat.learned import learn
+
+    return learn(fp32, path, feeds, spec)
+
+
+def _trainable(path) -> str:
+    from quanta.qat.learned import trainable
+
+    return trainable(path)
 
 
 _install_accuracy_hooks()

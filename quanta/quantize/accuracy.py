@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -66,12 +67,33 @@ __all__ = [
 _HOOKS: dict[str, Callable[..., Any]] = {}
 
 
-def install(*, compare: Callable[..., Any], outputs: Callable[..., Any]) -> None:
+def install(
+    *,
+    compare: Callable[..., Any],
+    outputs: Callable[..., Any],
+    learn: Callable[..., Any] | None = None,
+    trainable: Callable[..., str] | None = None,
+) -> None:
     """``compare(fp32, quantized, feeds, histograms=True, engine=None)`` -> a DebugResult;
     ``outputs(path, feeds, engine=None)`` -> per feed, the model's outputs (``engine``: a
-    quanta.scale engine the feeds are sharded over, or None for this process)."""
+    quanta.scale engine the feeds are sharded over, or None for this process);
+    ``learn(fp32, path, feeds, spec)`` trains the QDQ file at ``path`` in place
+    (Recipe.learned, quanta.qat.learned) and returns what it did; ``trainable(path)`` ->
+    "" when it can, else why not."""
     _HOOKS["compare"] = compare
     _HOOKS["outputs"] = outputs
+    if learn is not None and trainable is not None:
+        _HOOKS["learn"] = learn
+        _HOOKS["trainable"] = trainable
+
+
+def learn_file(
+    fp32: Any, path: Any, feeds: list[dict[str, np.ndarray]], spec: dict[str, Any]
+) -> dict[str, Any]:
+    """Recipe.learned applied to the written file at ``path`` (quanta.qat.learned.learn)."""
+    if "learn" not in _HOOKS:
+        raise RuntimeError('recipe.learned needs quanta.qat and PyTorch: pip install "quanta[torch]"')
+    return _HOOKS["learn"](fp32, path, feeds, spec)
 
 
 METRICS = ("sqnr", "cosine", "mean_cosine", "top1_agreement")
@@ -113,6 +135,14 @@ class AccuracyTarget:
     # calibrate the file) or "calibration" (the part the trials calibrated on: the very
     # file the confirmation measured)
     final_data: str = "all"
+    # the last lever, when the fixes above leave the target unmet: the best file's weight
+    # and bias codes trained against FP32 with its activations quantized in the loop
+    # (Recipe.learned, quanta.qat.learned; its 16-bit and float choices kept), kept when
+    # it measures better. True: Recipe.learned's defaults; a dict: those fields; False
+    # (the default: the training costs minutes of CPU where the rest of the search costs
+    # a few quantizations): off. Taken only where PyTorch is installed and quanta.qat can
+    # train the file
+    learned: bool | dict[str, Any] = False
 
     def __post_init__(self) -> None:
         if isinstance(self.metric, str) and self.metric not in METRICS:
@@ -550,6 +580,18 @@ _GLOBAL_FIXES = (
 )
 
 
+def _learned_lever(target: AccuracyTarget, recipe: Any, path: str) -> str:
+    """ "" when the search's last lever (Recipe.learned) applies to the best trial at
+    ``path``, else why not."""
+    if not target.learned:
+        return "off (AccuracyTarget.learned=False)"
+    if recipe.learned is not None:
+        return "the recipe trains already"
+    if "trainable" not in _HOOKS:
+        return 'PyTorch is not installed (pip install "quanta[torch]")'
+    return _HOOKS["trainable"](path)
+
+
 def split_feeds(feeds: list[dict[str, np.ndarray]], target: AccuracyTarget):
     """(calibration, search, confirm) parts of the calibration feeds, in order."""
     n = len(feeds)
@@ -819,6 +861,31 @@ def search(
                 if steps >= target.max_steps:
                     break
         met = best_value >= minimum and confirmed is not None and confirmed >= minimum
+        why_not = _learned_lever(target, best_recipe, best_path) if not met else "met"
+        if not why_not:
+            from quanta.quantize.recipe import learned_spec
+
+            spec = learned_spec({} if target.learned is True else dict(target.learned or {}))
+            rec = dataclasses.replace(best_recipe, learned=spec)
+            value, path, summary = measure(rec)
+            note = next((n for n in summary.notes if n.startswith("learned")), "learned")
+            tried.append(f"{note}: {best_value:.4g} -> {value:.4g}")
+            if value > best_value:
+                best_value, best_path, best_summary, best_recipe = value, path, summary, rec
+                changes.append(tried[-1])
+                reason = ""
+                if best_value >= minimum:
+                    confirmed = confirm(best_path, best_value)
+                    if confirmed < minimum:
+                        reason = (
+                            f"met on the search data ({best_value:.4g}) but not on the held-out confirmation "
+                            f"data ({confirmed:.4g}); more calibration data makes the two agree"
+                        )
+                else:
+                    reason = f"the best, {best_value:.4g}, is below {target.minimum:g} after every lever"
+            met = best_value >= minimum and confirmed is not None and confirmed >= minimum
+        elif why_not != "met" and target.learned:
+            tried.append(f"learned weights not tried: {why_not}")
         if not met and margin_rows is not None and best_path in noise:
             # how far the search was: the margin noise eq. (11b) allows against the best's
             sigma, n = noise[best_path]
@@ -830,7 +897,13 @@ def search(
                     f"trial's is {sigma:.3g} ({gap:.1f} dB too much)"
                 )
         # the final file: the best recipe, quantized once more straight to the output path
-        summary = quantize(src, model_output, feeds if target.final_data == "all" else calib, best_recipe)
+        if target.final_data == "calibration" and best_recipe.learned is not None:
+            # the same recipe on the same feeds writes the same bytes: the trained trial
+            # is the file (its training is the costly part of the search)
+            shutil.copyfile(best_path, model_output)
+            summary = best_summary
+        else:
+            summary = quantize(src, model_output, feeds if target.final_data == "all" else calib, best_recipe)
     report = AccuracyReport(
         target=target.name,
         minimum=float(minimum),

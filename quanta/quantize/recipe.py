@@ -272,6 +272,12 @@ class Recipe:
     # recipe records the choice as the list of tensors that took per-channel grids, which
     # re-running takes as they are (the others stay per tensor)
     depthwise_input_per_channel: str | tuple[str, ...] = "auto"
+    # training after calibration (quanta.qat.learned): None, or LEARNED's fields, e.g.
+    # {"method": "qad", "steps": 600, "seed": 0}: the written file's weight and bias codes
+    # distilled against the FP32 model's outputs on the calibration feeds, with every
+    # activation fake-quantized as the file computes it (scales, zero points, formats and
+    # placement unchanged); seeded, so the recipe reproduces the file (same threads)
+    learned: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.method, str):
@@ -359,6 +365,8 @@ class Recipe:
                 "depthwise_input_per_channel: expected 'auto', 'off' or a list of tensor names, "
                 f"got {self.depthwise_input_per_channel!r}"
             )
+        if self.learned is not None:
+            self.learned = learned_spec(self.learned)
         if self.weight_block_size <= 0:
             raise RecipeError(
                 f"weight_block_size: expected a positive block size, got {self.weight_block_size}"
@@ -464,6 +472,48 @@ class Recipe:
         if not isinstance(data, Mapping):
             raise RecipeError(f"{p}: expected a mapping of option -> value at the top level")
         return cls.from_dict(data, where=str(p))
+
+
+#: Recipe.learned's fields and their defaults (quanta.qat.learned.learn reads them):
+#: "method" "qad" trains the weights and int32 biases through the straight-through
+#: estimator; "steps" optimizer steps of "batch_size" feeds; Adam's "lr" in units of each
+#: tensor's quantization step, decayed by a cosine after a "warmup" share of the steps;
+#: "holdout" of the feeds (chosen by "seed") measure the loss every "eval_every" steps,
+#: and the state best on them is the one written ("patience" evaluations without gain
+#: stop early); "augment" "hflip": the training feeds also enter mirrored (image inputs)
+LEARNED: dict[str, Any] = {
+    "method": "qad",
+    "steps": 600,
+    "batch_size": 8,
+    "lr": 0.003,
+    "warmup": 0.05,
+    "holdout": 0.2,
+    "eval_every": 20,
+    "patience": 1000,
+    "augment": None,
+    "seed": 0,
+}
+LEARNED_METHODS = ("qad",)
+
+
+def learned_spec(v: Any) -> dict[str, Any]:
+    """``Recipe.learned`` completed with LEARNED's defaults, checked."""
+    if not isinstance(v, Mapping):
+        raise RecipeError(f"learned: expected a mapping of {sorted(LEARNED)} or None, got {v!r}")
+    unknown = sorted(set(v) - set(LEARNED))
+    if unknown:
+        raise RecipeError(f"learned: unknown key(s) {unknown}; expected some of {sorted(LEARNED)}")
+    spec = {**LEARNED, **v}
+    if spec["method"] not in LEARNED_METHODS:
+        raise RecipeError(f"learned: method expected one of {LEARNED_METHODS}, got {spec['method']!r}")
+    for k in ("steps", "batch_size", "eval_every", "patience", "seed"):
+        if not isinstance(spec[k], int) or spec[k] < (0 if k in ("steps", "seed") else 1):
+            raise RecipeError(f"learned: {k} expected a non-negative integer, got {spec[k]!r}")
+    if not 0.0 <= float(spec["holdout"]) < 1.0:
+        raise RecipeError(f"learned: holdout expected a share in [0, 1), got {spec['holdout']!r}")
+    if spec["augment"] not in (None, "hflip"):
+        raise RecipeError(f"learned: augment expected None or 'hflip', got {spec['augment']!r}")
+    return spec
 
 
 def _override_from(name: str, v: Any) -> TensorOverride:

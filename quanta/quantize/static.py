@@ -859,7 +859,10 @@ def quantize_static(
         pool_bias = correct_pooled(proto, pool_float, pooled, pool_feeds, run_file)
     share_equal_initializers(proto)  # readers whose integer weights came out equal share one
     save(proto, model_output, protect=[*protect, *([model.path] if model.path else [])])
+    learned = _learn(model_input, model_output, source_data, source_preprocess, graph, recipe)
     summary = _summarize(model, plan, lstms, model_output, recipe, samples, time.perf_counter() - t0)
+    if learned is not None:
+        summary.notes.append(learned)
     for scope in (s for top in bodies for s in top.walk()):
         _summarize_body(summary, scope, recipe)
     summary.coverage = report
@@ -1050,6 +1053,28 @@ def _rereadable(data: Any, graph, recipe: Recipe, preprocess) -> Any:
     if not isinstance(data, (list, tuple, str, os.PathLike, Mapping)) and not hasattr(data, "rewind"):
         data = list(iter_feeds(data, graph.inputs, preprocess=preprocess, limit=recipe.calibration_samples))
     return data
+
+
+def _learn(model_input, model_output, data, preprocess, graph, recipe: Recipe) -> str | None:
+    """Recipe.learned: the written file's weight and bias codes trained against the FP32
+    model on the calibration feeds (quanta.qat.learned); the summary's note on it."""
+    if recipe.learned is None:
+        return None
+    from quanta.calibrate.readers import iter_feeds
+    from quanta.quantize.accuracy import learn_file
+
+    if not isinstance(model_input, (str, os.PathLike, bytes, onnx.ModelProto)):
+        raise ValueError("recipe.learned needs the FP32 model as an ONNX file, bytes or a ModelProto")
+    if not reiterable(data):
+        raise ValueError("recipe.learned reads the calibration data a second time: pass a list or a folder")
+    feeds = list(iter_feeds(data, graph.inputs, preprocess=preprocess, limit=recipe.calibration_samples))
+    done = learn_file(model_input, model_output, feeds, recipe.learned)
+    before, after = done["holdout_loss"]
+    return (
+        f"learned ({done['method']}): {done['steps']} step(s), the state of step {done['best_step']} kept "
+        f"(held-out loss {before:.4g} -> {after:.4g}), {done['cpu_seconds']:.0f} s CPU on "
+        f"{done['threads']} thread(s)"
+    )
 
 
 def _quantize_to_target(
