@@ -363,6 +363,52 @@ def test_conv_implicit_gemm_is_the_im2col_gemm_bit_for_bit(
 
 
 @pytest.mark.parametrize(
+    "n,c,h,w,m,kh,kw,pads",
+    [
+        (1, 96, 9, 56, 24, 3, 3, (1, 1, 1, 1)),  # ppocrv3_det's neck: K = 864, 2 tiles of 24 + 8
+        (2, 17, 7, 25, 7, 3, 3, (1, 1, 1, 1)),  # two images, 7 channels: a group of 3 rows
+        (1, 3, 5, 9, 3, 3, 3, (0, 1, 2, 0)),  # uneven pads, a 9-pixel row: one edge tile
+        (1, 24, 11, 32, 24, 1, 3, (0, 1, 0, 1)),  # 1x3 (oww_embedding's first layers)
+        (1, 24, 13, 30, 17, 3, 1, (1, 0, 1, 0)),  # 3x1, 17 channels
+        (1, 31, 6, 47, 32, 5, 5, (2, 2, 2, 2)),  # 5x5, K = 775, 32 channels
+        (1, 7, 4, 5, 1, 3, 3, (1, 1, 1, 1)),  # one channel, a row narrower than a vector
+        (1, 5, 3, 1, 5, 3, 3, (2, 3, 2, 4)),  # one input column, pads wider than the window
+        (1, 29, 6, 70, 12, 2, 2, (0, 0, 1, 1)),  # even kernel, a bottom / right pad only
+        (1, 9, 5, 49, 4, 7, 7, (3, 3, 3, 3)),  # 7x7
+    ],
+)
+def test_conv_direct_rows_are_the_im2col_gemm_bit_for_bit(n, c, h, w, m, kh, kw, pads) -> None:
+    """Few output channels at stride 1 (sgemm.cc conv_direct, the ISA's direct_row where it
+    has one) read the input rows in place, padding taps as fmas with 0: each element is the
+    chain of matmul_f32(W, im2col(x)), then + bias and the clamp as float32 steps, the
+    post-op after; the same bytes at 1 and 2 threads on every ISA."""
+    rng = np.random.default_rng(c * 100 + m * 7 + w)
+    x, wt, bias = normal(rng, n, c, h, w), normal(rng, m, c, kh, kw), normal(rng, m)
+    geometry = (m, kh, kw, [1, 1], [1, 1], list(pads), 1)
+    packed = _native.conv_pack_f32(wt, 1)
+    assert _native.conv_path_f32(x, *geometry) == "im2col"
+    lo, hi = F32(-0.75), F32(1.25)
+
+    def run(isa: str) -> None:
+        for img in range(n):
+            cols = im2col(x[img], kh, kw, (1, 1), (1, 1), pads)
+            ref = _native.matmul_f32(np.ascontiguousarray(wt.reshape(m, -1)), np.ascontiguousarray(cols))
+            plain = _native.conv_f32(x, packed, None, *geometry, num_threads=2)[img]
+            assert plain.reshape(m, -1).tobytes() == ref.tobytes(), isa
+            want = np.minimum(np.maximum(ref + bias[:, None], lo), hi)
+            for threads in (1, 2):
+                y = _native.conv_f32(x, packed, bias, *geometry, lo, hi, threads)[img]
+                assert y.reshape(m, -1).tobytes() == want.tobytes(), (isa, threads)
+                # LeakyRelu (0.1) and Max(., -0.05) after the clamp, on the finished rows
+                post = (5, [0.1, -0.05])
+                y = _native.conv_f32(x, packed, bias, *geometry, lo, hi, threads, None, *post)[img]
+                gate = np.maximum(np.where(want < 0, want * F32(0.1), want), F32(-0.05))
+                assert y.reshape(m, -1).tobytes() == gate.tobytes(), (isa, threads, "post")
+
+    every_isa(run)
+
+
+@pytest.mark.parametrize(
     "n,c,h,w,m,strides,post",
     [
         (1, 300, 7, 7, 48, (1, 1), (0, [])),  # K > 258: two K blocks, 49 pixels: 6 panels + 1 row

@@ -789,6 +789,99 @@ void conv_phased(const ConvGeom& g, const float* x, const float* w, const float*
   }
 }
 
+// Few output channels at stride 1 (sgemm.h DirectRow): the implicit GEMM's cost is its
+// copies (the phase-split input, then a micro-panel per K block and 32 columns), which do
+// not shrink with M, so at M = 24 a 96-channel 3x3 layer at 160 x 224 ran at 1.5x ONNX
+// Runtime's time (MLAS runs it as three NCHWc blocks of 8). Here each output row's
+// tiles read the input rows in place: per output row, per group of 4 channels, the ISA's
+// direct_row. The chains and epilogue are the implicit GEMM's: the same bytes.
+constexpr int64_t kDirectMaxM = 32;
+
+bool direct_fits(const ConvGeom& g, const Kernels& kr) {
+  return kr.direct_row != nullptr && g.g == 1 && g.m <= kDirectMaxM && g.sh == 1 && g.sw == 1 && g.dh == 1 &&
+         g.dw == 1 && g.kw <= 8 && g.kh <= 64 && g.kh * g.kw > 1;
+}
+
+void conv_direct(const ConvGeom& g, const float* x, const float* w, const float* bias, float lo, float hi, float* y,
+                 int num_threads, const Kernels& kr, const PostOp* post) {
+  const int64_t kk = g.c * g.kh * g.kw, plane = g.h * g.w, out_plane = g.oh * g.ow;
+  const int64_t groups = ceil_div(g.m, 4);
+  // The weights of each 4 rows k-major (16 bytes a k step), from the 8-row packed panels.
+  thread_local std::vector<float> a4_buf;
+  if (static_cast<int64_t>(a4_buf.size()) < groups * kk * 4) a4_buf.resize(static_cast<size_t>(groups * kk * 4));
+  float* a4 = a4_buf.data();
+  for (int64_t q = 0; q < groups; ++q) {
+    const float* panel = w + (4 * q / kPackMr) * kk * kPackMr + 4 * q % kPackMr;
+    for (int64_t k = 0; k < kk; ++k) std::memcpy(a4 + (q * kk + k) * 4, panel + k * kPackMr, 4 * sizeof(float));
+  }
+  // A ring of kh zero-padded input rows per channel (row iy in slot iy % kh), ld floats
+  // apart. Read in place, the channels' rows of a plane are a multiple of 4 KB apart at
+  // common widths (160 x 224): a tile's 3·C runs fell into a few L1 sets and every load
+  // went to L2; and the padding is zeros here, so no load is masked.
+  const int64_t pr = std::max<int64_t>(0, (g.ow + 7) / 8 * 8 + g.kw - 1 - g.pl - g.w);
+  const int64_t ld = (g.pl + g.w + pr + 15) / 16 * 16 + 16, cstride_ring = g.kh * ld;
+  const std::vector<float> zero(static_cast<size_t>(ld), 0.0f);
+  const int threads = g.n * g.m * out_plane * kk < kMinParallelMacs ? 1 : num_threads;
+  const int64_t chunks = threads <= 1 ? 1 : std::min<int64_t>(g.oh, 4 * threads);
+  auto body = [&](int64_t task, int) {
+    const int64_t img = task / chunks, part = task % chunks;
+    const int64_t oy0 = g.oh * part / chunks, oy1 = g.oh * (part + 1) / chunks;
+    const float* xi = x + img * g.c * plane;
+    thread_local std::vector<float> ring_buf;
+    ring_buf.assign(static_cast<size_t>(g.c * cstride_ring), 0.0f);
+    float* ring = ring_buf.data();
+    int64_t held[64];  // the input row in each slot (−1: none)
+    std::fill(held, held + g.kh, int64_t{-1});
+    const float* rows[64];
+    int64_t cstride[64];
+    DirectRow d;
+    d.rows = rows;
+    d.cstride = cstride;
+    d.c = g.c;
+    d.kh = g.kh;
+    d.kw = g.kw;
+    d.pl = g.pl;
+    d.ow = g.ow;
+    d.lo = lo;
+    d.hi = hi;
+    d.ldy = out_plane;
+    d.a = a4;
+    d.m = g.m;
+    d.bias = bias;
+    for (int64_t oy = oy0; oy < oy1; ++oy) {
+      for (int64_t ky = 0; ky < g.kh; ++ky) {
+        const int64_t iy = oy - g.pt + ky;
+        if (iy < 0 || iy >= g.h) {
+          rows[ky] = zero.data() + g.pl;
+          cstride[ky] = 0;
+          continue;
+        }
+        const int64_t slot = iy % g.kh;
+        float* dst = ring + slot * ld + g.pl;
+        if (held[slot] != iy) {
+          for (int64_t c = 0; c < g.c; ++c) {
+            std::memcpy(dst + c * cstride_ring, xi + c * plane + iy * g.w, static_cast<size_t>(g.w) * sizeof(float));
+          }
+          held[slot] = iy;
+        }
+        rows[ky] = dst;
+        cstride[ky] = cstride_ring;
+      }
+      d.y = y + img * g.m * out_plane + oy * g.ow;
+      kr.direct_row(d);
+      if (post) {
+        for (int64_t i = 0; i < g.m; ++i) apply_post(*post, y + (img * g.m + i) * out_plane + oy * g.ow, g.ow);
+      }
+    }
+  };
+  const int64_t tasks = g.n * chunks;
+  if (threads <= 1 || tasks == 1) {
+    for (int64_t t = 0; t < tasks; ++t) body(t, 0);
+  } else {
+    qgemm::parallel_for(threads, tasks, body);
+  }
+}
+
 // The product of the rows paths for one image: Cᵀ (hw × m, into ct) = A · B with A the
 // packed pixel rows (k columns), B the packed Wᵀ, the channel bias per column and the
 // fused activation per task block; then Cᵀ transposed into y's [m][hw] planes.
@@ -920,6 +1013,10 @@ void conv(const ConvGeom& g, ConvPath path, const float* x, const float* w, cons
   // entries): the pointwise product on the subsampled plane, gathered once per image into
   // this thread's own buffer (the phase split would build sh·sw phase planes to use one).
   const bool strided_pointwise = path == ConvPath::kIm2col && unpadded_1x1(g);
+  if (path == ConvPath::kIm2col && !strided_pointwise && direct_fits(g, kr)) {
+    conv_direct(g, x, w, bias, lo, hi, y, num_threads, kr, post);
+    return;
+  }
   if (path == ConvPath::kIm2col && !strided_pointwise) {
     conv_phased(g, x, w, bias, lo, hi, y, num_threads, kr, post);
     return;

@@ -152,6 +152,30 @@ using Deinterleave16Fn = void (*)(const float* src, int64_t n, int cb, float* ds
 // (the pixels-as-rows im2col, ConvPath::kIm2colRows). Bytes moved, never computed.
 using PackGather8Fn = void (*)(const float* src, const int32_t* base, const int64_t* tap, int64_t k, float* dst);
 
+// One output row of m channels of a stride-1, dilation-1, group-1 convolution, computed
+// directly from the input rows (ConvPath::kIm2col with few output channels, sgemm.cc
+// conv_direct): for r < m and ox < ow,
+//   y[r·ldy + ox] = ep(Σ_k a[(r / 4)·4·K + 4·k + r % 4] · in(k, ox)),
+//   k = (c·kh + ky)·kw + kx < K = c·kh·kw,  in(k, ox) = rows[ky][c·cstride[ky] + ox − pl + kx],
+// the fma chain from +0 in increasing k of the implicit GEMM's tile, then + bias[r] (if
+// bias), max(lo, ·), min(hi, ·): its bytes. The rows are the zero-padded input rows (a
+// padding tap is an fma with 0, as there), readable for ox − pl + kx in [−pl,
+// round_up(ow, 8) − pl + kw − 1); a row the window leaves is a zero row (cstride 0).
+// a holds the weights of each 4 channels k-major, ceil(m / 4) such blocks (the rows
+// past m: any finite values).
+struct DirectRow {
+  const float* const* rows;
+  const int64_t* cstride;
+  int64_t c, kh, kw, pl, ow;
+  const float* a;
+  int64_t m;
+  const float* bias;
+  float lo, hi;
+  float* y;
+  int64_t ldy;
+};
+using DirectRowFn = void (*)(const DirectRow& d);
+
 struct Kernels {
   const char* isa;
   int mr, nr;               // the micro-kernel's tile
@@ -169,6 +193,7 @@ struct Kernels {
   DwRows2SplitFn dw_rows2_split;
   Split2Fn split2;
   PackGather8Fn pack_gather8;
+  DirectRowFn direct_row;  // null: the implicit GEMM runs every kIm2col convolution
 };
 
 extern const Kernels kKernelsPortable;

@@ -193,6 +193,112 @@ void deinterleave16(const float* src, int64_t n, int cb, float* dst, int64_t ld)
   }
 }
 
+// ---- direct convolution rows (sgemm.h DirectRow) -------------------------------------------
+// A tile is 4 output channels × NV ≤ 3 vectors of 8 consecutive output pixels of one
+// row (channels m ≥ 4 of d: the first 4): 12 accumulators, the NV input vectors of a tap and one broadcast weight (16
+// ymm); per tap NV unaligned loads of the padded input row and 4 broadcasts feed 4·NV
+// fmas, no packing. Tail: the tile's last vector passes ow (masked stores). KW3: the kx
+// loop unrolled for kw = 3.
+#define QUANTA_DIRECT_ROWS(X) X(0) X(1) X(2) X(3)
+
+template <int NV, bool Tail, bool KW3>
+void direct_tile(const DirectRow& d, int64_t ox0) {
+#define DECL(r) __m256 a0_##r = _mm256_setzero_ps(), a1_##r = _mm256_setzero_ps(), a2_##r = _mm256_setzero_ps();
+  QUANTA_DIRECT_ROWS(DECL)
+#undef DECL
+  const float* wk = d.a;
+  const int64_t kw = KW3 ? 3 : d.kw;
+  for (int64_t c = 0; c < d.c; ++c) {
+    for (int64_t ky = 0; ky < d.kh; ++ky) {
+      const float* row = d.rows[ky] + c * d.cstride[ky] + ox0 - d.pl;
+#pragma GCC unroll 3
+      for (int64_t kx = 0; kx < kw; ++kx) {
+        const float* p = row + kx;
+        const __m256 x0 = _mm256_loadu_ps(p);
+        const __m256 x1 = NV < 2 ? x0 : _mm256_loadu_ps(p + 8);
+        const __m256 x2 = NV < 3 ? x0 : _mm256_loadu_ps(p + 16);
+#define STEP(r)                                           \
+  {                                                       \
+    const __m256 wv = _mm256_broadcast_ss(wk + r);        \
+    a0_##r = _mm256_fmadd_ps(wv, x0, a0_##r);             \
+    if (NV > 1) a1_##r = _mm256_fmadd_ps(wv, x1, a1_##r); \
+    if (NV > 2) a2_##r = _mm256_fmadd_ps(wv, x2, a2_##r); \
+  }
+        QUANTA_DIRECT_ROWS(STEP)
+#undef STEP
+        wk += 4;
+      }
+    }
+  }
+  Epilogue ep;
+  ep.bias_row = d.bias;
+  ep.lo = d.lo;
+  ep.hi = d.hi;
+  const __m256i m0 = lane_mask(static_cast<int>(std::min<int64_t>(d.ow - ox0, 8)));
+  const __m256i m1 = lane_mask(static_cast<int>(std::min<int64_t>(d.ow - ox0 - 8, 8)));
+  const __m256i m2 = lane_mask(static_cast<int>(std::min<int64_t>(d.ow - ox0 - 16, 8)));
+#define STORE(r)                                                                      \
+  if (d.m > r) {                                                                      \
+    float* y = d.y + r * d.ldy + ox0;                                                 \
+    const float rb = d.bias ? d.bias[r] : 0.0f;                                       \
+    store8<!Tail>(y, m0, finish<true>(a0_##r, ep, rb, nullptr, m0));                  \
+    if (NV > 1) store8<!Tail>(y + 8, m1, finish<true>(a1_##r, ep, rb, nullptr, m1));  \
+    if (NV > 2) store8<!Tail>(y + 16, m2, finish<true>(a2_##r, ep, rb, nullptr, m2)); \
+  }
+  QUANTA_DIRECT_ROWS(STORE)
+#undef STORE
+}
+
+template <int NV, bool KW3>
+void direct_tile_at(const DirectRow& d, int64_t ox0) {
+  if (ox0 + 8 * NV <= d.ow) {
+    direct_tile<NV, false, KW3>(d, ox0);
+  } else {
+    direct_tile<NV, true, KW3>(d, ox0);
+  }
+}
+
+// Tiles of 3 vectors; a row's last 4 vectors as 2 + 2 (a 1-vector tile has 4
+// accumulators, too few chains for 2 fmas a cycle at latency 4).
+// Per tile position every group of 4 channels in turn: the tile's input runs (C·kh
+// rows of 8·NV + kw − 1 floats) stay in L1 while the groups' weights stream past.
+template <int NV, bool KW3>
+void direct_groups_at(const DirectRow& d, int64_t ox0) {
+  const int64_t kk = d.c * d.kh * d.kw;
+  DirectRow q = d;
+  for (int64_t i0 = 0; i0 < d.m; i0 += 4) {
+    q.a = d.a + i0 * kk;
+    q.m = d.m - i0;
+    q.bias = d.bias ? d.bias + i0 : nullptr;
+    q.y = d.y + i0 * d.ldy;
+    direct_tile_at<NV, KW3>(q, ox0);
+  }
+}
+
+template <bool KW3>
+void direct_row_kw(const DirectRow& d) {
+  int64_t left = (d.ow + 7) / 8, ox0 = 0;
+  for (; left > 4; left -= 3, ox0 += 24) direct_groups_at<3, KW3>(d, ox0);
+  if (left == 4) {
+    direct_groups_at<2, KW3>(d, ox0);
+    direct_groups_at<2, KW3>(d, ox0 + 16);
+  } else if (left == 3) {
+    direct_groups_at<3, KW3>(d, ox0);
+  } else if (left == 2) {
+    direct_groups_at<2, KW3>(d, ox0);
+  } else if (left == 1) {
+    direct_groups_at<1, KW3>(d, ox0);
+  }
+}
+
+void direct_row(const DirectRow& d) {
+  if (d.kw == 3) {
+    direct_row_kw<true>(d);
+  } else {
+    direct_row_kw<false>(d);
+  }
+}
+
 }  // namespace
 
 extern const Kernels kKernelsAvx2 = {
@@ -213,6 +319,7 @@ extern const Kernels kKernelsAvx2 = {
     nullptr,  // dw_rows2_split: stride 2 takes dw_rows2 / dw_row
     nullptr,
     pack_gather8,
+    direct_row,
 };
 
 }  // namespace sgemm

@@ -248,6 +248,7 @@ extern const Kernels kKernelsAvx512Vnni = {
     dw::rows2_split<simd::F32x16>,
     split2,
     pack_gather8,
+    nullptr,  // direct_row: the implicit GEMM
 };
 
 }  // namespace sgemm

@@ -92,6 +92,7 @@ extern const Kernels kKernelsPortable = {
     nullptr,  // dw_rows2_split: stride 2 takes dw_rows2 / dw_row
     nullptr,
     pack_gather8,
+    nullptr,  // direct_row: the implicit GEMM
 };
 
 }  // namespace sgemm
