@@ -201,7 +201,7 @@ def computed_scale_proto(scale: str) -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
 
 
-@pytest.mark.parametrize("scale", ["mul", "cast"])
+@pytest.mark.parametrize("scale", ["mul", "mul_1", "reshape_1", "cast", "const_1"])
 def test_computed_accumulator_scale_compiles_and_equals_onnxruntime(scale):
     # the verifier runs after every pass here (tests/conftest.py): folding the scale
     # left the accumulator a plain i32 its DequantizeLinear's constants now describe,
