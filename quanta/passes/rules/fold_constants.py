@@ -27,6 +27,12 @@ Rules::
                                            -> %y = DequantizeLinear(%c': Q(i8:f32, s, z) const, %s, %z)
                                                                            TypeQuantizedConstant
 
+A scale or zero point that folds into a constant (``DequantizeLinear(%acc, Mul(%c1, %c2))``,
+onnx-quantize's ``x_scale · w_scale``; a Reshape or Cast of a constant scale) describes its
+operand only once it is one: after the rules, the pass gives such an operand the QuantType
+the loader gives it when the file writes the parameters as constants
+(:func:`type_operands_of_constant_params`).
+
 ``QuantizeLinear(const)`` folds through the evaluator into a *quantized constant*: an
 initializer of storage integers whose type is the Q output's QuantType (the replaced
 op's contract). ``DequantizeLinear(const)`` is kept (see :data:`KEEP`) and its constant
@@ -41,8 +47,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from quanta.ir.graph import Node, Value, result_type
-from quanta.ir.types import IntType, MXType, QuantType, TensorType, elem_from_numpy
+from quanta.ir.graph import Graph, Node, Value, result_type
+from quanta.ir.onnx_io import quant_operands, quant_type_from_params
+from quanta.ir.types import I32, IntType, MXType, QuantType, TensorType, elem_from_numpy
+from quanta.passes.manager import PassResult
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import NONDETERMINISTIC_OPS, describe, node_qtype
 
@@ -59,6 +67,7 @@ __all__ = [
     "FoldShapeElements",
     "TypeQuantizedConstant",
     "const_type",
+    "type_operands_of_constant_params",
 ]
 
 #: ``evaluate(node, inputs) -> outputs``: numpy arrays in ONNX order (None for an
@@ -401,6 +410,31 @@ class TypeQuantizedConstant(Rule):
         )
 
 
+def type_operands_of_constant_params(graph: Graph) -> int:
+    """Give an int32 accumulator read by DequantizeLinear (``DequantizeLinear(%acc, %s)``
+    after ``MatMulInteger`` / ``ConvInteger``) the QuantType its now-constant scale / zero
+    point describe, as the loader does for parameters written as constants
+    (``annotate_quantized_types``), when all its quantized readers agree. Only int32:
+    an 8-bit value may sit between a QuantizeLinear and a DequantizeLinear whose
+    parameters differ (a Cast of a QuantizeLinear's output), where the rules that look
+    through it compare the two types. Returns how many values were typed."""
+    wanted: dict[int, tuple[Value, list[QuantType]]] = {}
+    for node in graph.nodes:
+        for (kind, i), si, zi in quant_operands(node):
+            v = node.input(i) if kind == "in" else None
+            if v is None or v.producer is None or v.type is None or v.type.elem != I32:
+                continue
+            q = quant_type_from_params(node, v, node.input(si), node.input(zi))
+            if isinstance(q, QuantType):
+                wanted.setdefault(id(v), (v, []))[1].append(q)
+    typed = 0
+    for v, qs in wanted.values():
+        if all(q == qs[0] for q in qs) and v.type is not None:
+            v.type = TensorType(qs[0], v.type.shape)
+            typed += 1
+    return typed
+
+
 class FoldConstants(RewritePass):
     """Constant folding (see the module docstring). ``evaluator``: folds any node with
     constant inputs (KEEP aside); without it only the native set folds."""
@@ -414,3 +448,11 @@ class FoldConstants(RewritePass):
         else:
             rules.append(FoldEvaluated(evaluator, max_output_elements))
         super().__init__(rules)
+
+    def call(self, graph: Graph) -> PassResult:
+        result = super().call(graph)
+        if result.modified:
+            typed = type_operands_of_constant_params(graph)
+            if typed:
+                result.stats["TypeOperandOfFoldedParams"] = typed
+        return result

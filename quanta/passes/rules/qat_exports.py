@@ -8,6 +8,9 @@ ScalarQdqParams (PyTorch's TorchScript exporter, torch.ao FakeQuantize)::
 A one-element 1-D scale is per-tensor in ONNX Runtime (``IsScalarOr1ElementVector``)
 and per axis of size 1 in the ONNX reference, which broadcasts it: the same values
 either way. Typed per axis, the integer operators (one input scale) refuse it. Exact.
+The computed operand of such a DequantizeLinear (an int32 accumulator whose scale is
+``x_scale · w_scale`` of shape [1]) is typed per tensor with it, when every reader of
+it is a DequantizeLinear with the same parameters.
 
 PerChannelAffineAsBatchNorm (torch.ao's ConvBn QAT modules: the weight is scaled by
 ``γ/σ`` before its fake quantization, and the convolution's result is divided by that
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from quanta.ir.graph import Value, result_type
+from quanta.ir.graph import Node, Value, result_type
 from quanta.ir.types import QuantType, TensorType
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules.fold_batchnorm import FoldBatchNormIntoQuantizedConv
@@ -53,6 +56,15 @@ class ScalarQdqParams(Rule):
             return NoMatch("blocked quantization")
         if any(m["y"] is o for o in m.graph.outputs):
             return NoMatch("a graph output keeps the type its signature declares")
+        x = m["x"]
+        if m.root.op_type == "DequantizeLinear" and _per_axis(x) and not x.is_const:
+            # a computed operand (an int32 accumulator) typed per axis of size 1 by this
+            # scale: typed per tensor with it, so every reader must take the same 0-d form
+            for use, _ in x.uses:
+                if use.op_type != "DequantizeLinear" or not _same_one_element(use, m.root):
+                    return NoMatch(
+                        f"{x.name} is also read by {use.op_type} '{use.name}' with other parameters"
+                    )
         return m
 
     def rewrite(self, m: Match, b: Builder) -> Value | None:
@@ -66,9 +78,38 @@ class ScalarQdqParams(Rule):
         if isinstance(elem, QuantType) and elem.axis is not None:
             elem = QuantType(elem.storage, elem.expressed, elem.scale, elem.zero_point)
         t = None if y.type is None else TensorType(elem, y.type.shape)
-        new = b.op(m.root.op_type, [m["x"], s, z], attrs, types=t, name=m.root.name or None)
+        x = m["x"]
+        if m.root.op_type == "DequantizeLinear" and _per_axis(x) and not x.is_const:
+            q = x.type.elem
+            x.type = TensorType(QuantType(q.storage, q.expressed, q.scale, q.zero_point), x.type.shape)
+        new = b.op(m.root.op_type, [x, s, z], attrs, types=t, name=m.root.name or None)
         b.replace(y, new, retype=True)
         return None
+
+
+def _per_axis(v: Value | None) -> bool:
+    return (
+        v is not None
+        and v.type is not None
+        and isinstance(v.type.elem, QuantType)
+        and v.type.elem.axis is not None
+    )
+
+
+def _same_one_element(a: Node, b: Node) -> bool:
+    """Two Q/DQ nodes with equal one-element constant scales and zero points."""
+    for i in (1, 2):
+        va, vb = a.input(i), b.input(i)
+        if (va is None) != (vb is None):
+            return False
+        if va is None or vb is None:
+            continue
+        if not (va.is_const and vb.is_const):
+            return False
+        ca, cb = np.asarray(va.const), np.asarray(vb.const)
+        if ca.size != 1 or cb.size != 1 or ca.dtype != cb.dtype or ca.reshape(()) != cb.reshape(()):
+            return False
+    return True
 
 
 def _channel_vector(k: np.ndarray, channels: int, rank: int) -> np.ndarray | None:

@@ -153,3 +153,66 @@ def test_refusals():
     assert [r.reason for r in p.why_not("LowerMatMulIntegerDequantized")] == [
         "the DequantizeLinear's zero point is not a constant 0"
     ]
+
+
+def computed_scale_proto(scale: str) -> onnx.ModelProto:
+    """x [5, K] -> QuantizeLinear -> MatMulInteger -> DequantizeLinear(acc, s) -> Relu, with
+    the accumulator's scale s = x_scale · w_scale written as a computation over
+    constants, the ways files write it: onnx-quantize's static function body (``Mul``),
+    a one-element [1] product, the product reshaped to [1], a Cast of it, and a plain
+    [1] constant (a per-tensor scale in ONNX Runtime, per axis of size 1 in ONNX)."""
+    rng = np.random.default_rng(23)
+    x_scale, w_scale = np.float32(0.0213), np.float32(0.0057)
+    one = scale in ("mul_1", "const_1")
+    inits = [
+        numpy_helper.from_array(rng.integers(-63, 64, (K, N)).astype(np.int8), "wq"),
+        numpy_helper.from_array(np.array(117, np.uint8), "xz"),
+        numpy_helper.from_array(np.array(x_scale), "xs"),
+        numpy_helper.from_array(np.array([w_scale] if one else w_scale), "ws"),
+        numpy_helper.from_array(np.array([1], np.int64), "shape_1"),
+        numpy_helper.from_array(np.array([x_scale * w_scale], np.float32), "s_1"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("MatMulInteger", ["xq", "wq", "xz"], ["acc"]),
+    ]
+    if scale == "const_1":
+        s = "s_1"
+    else:
+        nodes.append(helper.make_node("Mul", ["xs", "ws"], ["prod"]))
+        s = "prod"
+        if scale == "reshape_1":
+            nodes.append(helper.make_node("Reshape", ["prod", "shape_1"], ["prod_1"]))
+            s = "prod_1"
+        elif scale == "cast":
+            nodes.append(helper.make_node("Cast", ["prod"], ["prod_f"], to=TensorProto.FLOAT))
+            s = "prod_f"
+    nodes += [
+        helper.make_node("DequantizeLinear", ["acc", s], ["mm"]),
+        helper.make_node("Relu", ["mm"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, K])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, N])],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+
+
+@pytest.mark.parametrize("scale", ["mul", "mul_1", "reshape_1", "cast", "const_1"])
+def test_computed_accumulator_scale_compiles_and_equals_onnxruntime(scale):
+    # the verifier runs after every pass here (tests/conftest.py): folding the scale
+    # left the accumulator a plain i32 its DequantizeLinear's constants now describe,
+    # and a [1] scale made 0-d left it typed per axis
+    proto = computed_scale_proto(scale)
+    onnx.checker.check_model(proto, full_check=True)
+    sess = quanta.InferenceSession(proto.SerializeToString())
+    assert reference_steps(sess.plan) == []
+    got = sess.run(None, {"x": _x()})[0]
+    ort = pytest.importorskip("onnxruntime")
+    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": _x()}
+    )[0]
+    assert got.dtype == np.float32 and np.array_equal(got, want)

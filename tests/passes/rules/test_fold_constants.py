@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from quanta.ir.onnx_io import load
 from quanta.ir.printer import format_graph
-from quanta.ir.types import F8E4M3FN, F32, I8, I64, QuantType, TensorType
+from quanta.ir.types import F8E4M3FN, F32, I8, I32, I64, QuantType, TensorType
 from quanta.ir.verify import Stage, verify
 from quanta.passes.manager import PassManager
 from quanta.passes.rules.eliminate_dead import EliminateDead
@@ -602,3 +602,33 @@ def test_fold_evaluated_folds_a_concat_no_larger_than_its_pieces():
         "output 'y' would have 116788 elements (> 65536 and more than its inputs' 29200 together): "
         "folding would grow the model"
     ]
+
+
+def test_fold_constants_types_an_accumulator_its_folded_scale_describes():
+    # DequantizeLinear(MatMulInteger(...), Mul(c1, c2)): once the Mul folds, the int32
+    # accumulator gets the QuantType the loader gives it when the scale is a constant
+    c1, c2 = np.float32(0.013), np.float32(0.021)
+    g = helper.make_graph(
+        [
+            helper.make_node("MatMulInteger", ["a", "b", "za"], ["acc"]),
+            helper.make_node("Mul", ["c1", "c2"], ["s"]),
+            helper.make_node("DequantizeLinear", ["acc", "s"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, [3, 17])],
+        [out_info("y", 2)],
+        [
+            numpy_helper.from_array(
+                np.random.default_rng(3).integers(-128, 128, (17, 7)).astype(np.int8), "b"
+            ),
+            numpy_helper.from_array(np.array(131, np.uint8), "za"),
+            numpy_helper.from_array(np.array(c1), "c1"),
+            numpy_helper.from_array(np.array(c2), "c2"),
+        ],
+    )
+    model = load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]))
+    acc = next(n for n in model.graph.nodes if n.op_type == "MatMulInteger").outputs[0]
+    assert acc.type.elem == I32
+    result = run_passes(model, [FoldConstants(reference_evaluator(model.opset_imports))])
+    assert result.records[0].stats.get("TypeOperandOfFoldedParams") == 1
+    assert acc.type.elem == QuantType(I32, F32, np.array([c1 * c2], np.float32), np.array([0]))
