@@ -53,7 +53,11 @@ def _session_outputs(path, feeds, engine=None):
 
 
 def _session_outputs_shard(model, feeds):
-    sess = InferenceSession(model)
+    # No GEMM autotuning: a measurement runs each file once on a few feeds, and the
+    # blocking changes speed only, never a byte (quanta/runtime/tuner.py), while tuning
+    # costs a run of the model and up to its budget of measuring (every session when
+    # the machine is loaded: nothing is cached then)
+    sess = InferenceSession(model, SessionOptions(enable_tuning=False))
     names = {i.name for i in sess.get_inputs()}
     return [sess.run(None, {k: v for k, v in f.items() if k in names}) for f in feeds]
 

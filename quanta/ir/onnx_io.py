@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import math
 import os
 import secrets
 import stat
@@ -944,7 +945,11 @@ def quant_type_from_params(
             zp = zp.reshape(s.shape)
         else:
             return None
-    if not np.all(np.isfinite(s.astype(np.float64))) or np.any(s.astype(np.float64) <= 0):
+    if s.size == 1:  # per tensor, most of a QDQ file's: the same test on one float
+        s64 = float(s.reshape(-1)[0])
+        if not math.isfinite(s64) or s64 <= 0:
+            return None
+    elif not np.all(np.isfinite(s.astype(np.float64))) or np.any(s.astype(np.float64) <= 0):
         return None
     zp_vals = zp.astype(np.float64) if isinstance(storage, FloatType) else zp.astype(np.int64)
     if s.size == 1 and s.ndim <= 1 and node.attrs.get("block_size", 0) in (0, None):

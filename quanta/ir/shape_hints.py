@@ -175,13 +175,13 @@ def tensor_types(vis) -> dict[str, onnx.TypeProto.Tensor]:
 _RANK_HINT_ROUNDS = 8
 
 
-def _rank_hints(graph: onnx.GraphProto, got: dict[str, onnx.TypeProto.Tensor]) -> list[onnx.ValueInfoProto]:
-    """Outputs whose shape inference left unknown but whose rank follows from an input's
-    static shape: Reshape and ConstantOfShape have the length of their 1-D shape input
-    as rank, Resize and Upsample the rank of their data input. ONNX's data propagation
-    stops at ops it does not evaluate (Cast of a Shape, as Paddle exports write), and
-    every op after such a Reshape would be left without a shape."""
-    known = dict(got)
+def _graph_facts(
+    graph: onnx.GraphProto,
+) -> tuple[dict[str, onnx.TypeProto.Tensor], dict[str, onnx.TensorProto]]:
+    """What :func:`_rank_hints` reads of a graph that inference does not change: the
+    types of the initializers and of the shaped graph inputs (inputs last: they win),
+    and the constant tensors by name (initializers and Constant nodes)."""
+    known: dict[str, onnx.TypeProto.Tensor] = {}
     for t in graph.initializer:
         known[t.name] = helper.make_tensor_type_proto(t.data_type, list(t.dims)).tensor_type
     for vi in graph.input:
@@ -191,6 +191,24 @@ def _rank_hints(graph: onnx.GraphProto, got: dict[str, onnx.TypeProto.Tensor]) -
     for n in graph.node:
         if n.op_type == "Constant" and n.output and any(a.name == "value" for a in n.attribute):
             consts[n.output[0]] = next(a.t for a in n.attribute if a.name == "value")
+    return known, consts
+
+
+def _rank_hints(
+    graph: onnx.GraphProto,
+    got: dict[str, onnx.TypeProto.Tensor],
+    facts: tuple[dict[str, onnx.TypeProto.Tensor], dict[str, onnx.TensorProto]] | None = None,
+) -> list[onnx.ValueInfoProto]:
+    """Outputs whose shape inference left unknown but whose rank follows from an input's
+    static shape: Reshape and ConstantOfShape have the length of their 1-D shape input
+    as rank, Resize and Upsample the rank of their data input. ONNX's data propagation
+    stops at ops it does not evaluate (Cast of a Shape, as Paddle exports write), and
+    every op after such a Reshape would be left without a shape. ``facts``:
+    :func:`_graph_facts` of ``graph``, when the caller has them from an earlier round
+    (inference keeps the initializers, inputs and nodes)."""
+    fixed, consts = facts if facts is not None else _graph_facts(graph)
+    known = dict(got)
+    known.update(fixed)
     hints = []
     for n in graph.node:
         if n.domain not in ("", "ai.onnx") or not n.output or not n.output[0] or n.output[0] in known:
@@ -264,6 +282,7 @@ def reinfer_declared_shapes(proto: onnx.ModelProto) -> None:
         if vi.type.HasField("tensor_type"):
             vi.type.tensor_type.ClearField("shape")
     got: dict[str, onnx.TypeProto.Tensor] = {}
+    facts = None  # the rounds' graphs differ only in value_info
     for _ in range(_RANK_HINT_ROUNDS):
         try:
             inferred = onnx.shape_inference.infer_shapes(bare, strict_mode=False, data_prop=True).graph
@@ -276,7 +295,9 @@ def reinfer_declared_shapes(proto: onnx.ModelProto) -> None:
             for name, tt in tensor_types([*inferred.value_info, *inferred.output]).items()
             if tt.elem_type
         }
-        hints = _rank_hints(inferred, {name: tt for name, tt in got.items() if tt.HasField("shape")})
+        if facts is None:
+            facts = _graph_facts(inferred)
+        hints = _rank_hints(inferred, {name: tt for name, tt in got.items() if tt.HasField("shape")}, facts)
         if not hints:
             break
         bare.graph.value_info.extend(hints)

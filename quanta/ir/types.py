@@ -230,8 +230,12 @@ class QuantType:
             raise ValueError("quantized type: block size given without an axis")
         if self.block is not None and self.block <= 0:
             raise ValueError(f"quantized type: block size must be positive, got {self.block}")
-        scales = np.asarray(self.scale, np.float64)
-        if not bool(np.all(scales > 0.0) & np.all(np.isfinite(scales))):
+        if len(self.scale) == 1:  # per tensor, most types: no array for one float
+            bad = not (self.scale[0] > 0.0 and math.isfinite(self.scale[0]))
+        else:
+            scales = np.asarray(self.scale, np.float64)
+            bad = not bool(np.all(scales > 0.0) & np.all(np.isfinite(scales)))
+        if bad:
             for s in self.scale:
                 if not (s > 0.0 and math.isfinite(s)):
                     raise ValueError(f"quantized type: scale must be positive and finite, got {s}")

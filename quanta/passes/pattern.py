@@ -324,55 +324,75 @@ def _value_origin(v: Value, graph: Graph) -> str:
     return "not produced by any node"
 
 
-def _match_call(pc: PCall, node: Node, m: Match, where: str) -> NoMatch | None:
+def _where(where: Node | tuple[int, Node, Value]) -> str:
+    """The text a refusal names its place by: the root's label, or ``input k of <node>
+    'v'`` for a nested call (formatted only when a match fails)."""
+    if isinstance(where, Node):
+        return where.label
+    k, parent, v = where
+    return f"input {k} of {parent.label} '{v.name}'"
+
+
+def _match_call(pc: PCall, node: Node, m: Match, where: Node | tuple[int, Node, Value]) -> NoMatch | None:
+    # The texts of refusals are built only on the failing branch: a pass tries every
+    # rule of an op on every node of that op, on every sweep, and most tries fail.
     if not pc.accepts(node):
-        return NoMatch(f"{where} is produced by {node.op_type}, expected {pc.describe()}", "pattern")
+        return NoMatch(f"{_where(where)} is produced by {node.op_type}, expected {pc.describe()}", "pattern")
     m.matched.append(node)
-    n_inputs = len(node.inputs)
-    if not pc.rest:
-        extra = [k for k in range(len(pc.args), n_inputs) if node.inputs[k] is not None]
+    inputs = node.inputs
+    n_inputs = len(inputs)
+    args = pc.args
+    if not pc.rest and n_inputs > len(args):
+        extra = [k for k in range(len(args), n_inputs) if inputs[k] is not None]
         if extra:
             return NoMatch(
-                f"{node.label} has input {extra[0]} set; the pattern expects at most {len(pc.args)} inputs",
+                f"{node.label} has input {extra[0]} set; the pattern expects at most {len(args)} inputs",
                 "pattern",
             )
-    for k, arg in enumerate(pc.args):
-        v = node.input(k)
-        here = f"input {k} of {node.label}"
+    values = m.values
+    for k, arg in enumerate(args):
+        v = inputs[k] if k < n_inputs else None
         if isinstance(arg, PLeaf):
             if v is None and not arg.optional:
-                return NoMatch(f"{here} is omitted", "pattern")
-            if arg.name is not None:
-                if arg.name in m.values and m.values[arg.name] is not v:
+                return NoMatch(f"input {k} of {node.label} is omitted", "pattern")
+            name = arg.name
+            if name is not None:
+                if name in values and values[name] is not v:
                     return NoMatch(
-                        f"'{arg.name}' appears twice in the pattern but {here} is a different value",
+                        f"'{name}' appears twice in the pattern but input {k} of {node.label} is a different value",
                         "pattern",
                     )
-                m.values[arg.name] = v
+                values[name] = v
             continue
         if v is None:
-            return NoMatch(f"{here} is omitted, expected the output of {arg.describe()}", "pattern")
+            return NoMatch(
+                f"input {k} of {node.label} is omitted, expected the output of {arg.describe()}", "pattern"
+            )
         producer = v.producer
         if producer is None:
             return NoMatch(
-                f"{here} '{v.name}' is {_value_origin(v, m.graph)}, expected the output of {arg.describe()}",
+                f"input {k} of {node.label} '{v.name}' is {_value_origin(v, m.graph)}, "
+                f"expected the output of {arg.describe()}",
                 "pattern",
             )
         if producer.outputs[0] is not v:
             idx = next(i for i, o in enumerate(producer.outputs) if o is v)
             return NoMatch(
-                f"{here} '{v.name}' is output {idx} of {producer.label}, expected output 0", "pattern"
+                f"input {k} of {node.label} '{v.name}' is output {idx} of {producer.label}, expected output 0",
+                "pattern",
             )
         if any(producer is n for n in m.matched):
-            return NoMatch(f"{here}: {producer.label} appears twice in the match", "pattern")
-        res = _match_call(arg, producer, m, f"{here} '{v.name}'")
+            return NoMatch(
+                f"input {k} of {node.label}: {producer.label} appears twice in the match", "pattern"
+            )
+        res = _match_call(arg, producer, m, (k, node, v))
         if res is not None:
             return res
         if arg.outputs:
             name = arg.outputs[0]
-            if name in m.values and m.values[name] is not v:
+            if name in values and values[name] is not v:
                 return NoMatch(f"'{name}' appears twice in the pattern but binds different values", "pattern")
-            m.values[name] = v
+            values[name] = v
             m.nodes[name] = producer
     return None
 
@@ -391,6 +411,7 @@ class Rule:
     name: ClassVar[str] = ""
     shared_ok: ClassVar[frozenset[str]] = frozenset()
     _compiled: ClassVar[PCall | None] = None
+    _intermediates: ClassVar[tuple[str, ...]] = ()  # the pattern's named intermediate values
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -401,7 +422,8 @@ class Rule:
                 cls._compiled = parse_pattern(cls.pattern)
             except PatternError as e:
                 raise PatternError(f"rule {cls.__name__}: {e}") from None
-            intermediates = set(_intermediate_names(cls._compiled))
+            cls._intermediates = tuple(_intermediate_names(cls._compiled))
+            intermediates = set(cls._intermediates)
             unknown = set(cls.shared_ok) - intermediates
             if unknown:
                 raise PatternError(
@@ -422,7 +444,7 @@ class Rule:
         """Structural match at ``node`` plus the engine's sharing checks."""
         pc = self.compiled
         m = Match(graph, node)
-        res = _match_call(pc, node, m, node.label)
+        res = _match_call(pc, node, m, node)
         if res is not None:
             return res
         if len(pc.outputs) > len(node.outputs):
@@ -433,7 +455,7 @@ class Rule:
         for name, v in zip(pc.outputs, node.outputs):
             m.values[name] = v
             m.nodes[name] = node
-        for name in _intermediate_names(pc):
+        for name in self._intermediates:
             if name in self.shared_ok:
                 continue
             v = m.values[name]
@@ -495,6 +517,8 @@ class _Names:
         self._graph = graph
         self._taken: set[str] | None = None
         self._nodes: set[str] | None = None
+        #: every initializer is keyed by its name (Builder.commit keyed them anew)
+        self.initializers_keyed = False
 
     @property
     def taken(self) -> set[str]:
@@ -620,18 +644,32 @@ class Builder:
     def commit(self) -> list[Node]:
         """Apply the staged changes; return the matched nodes that were removed."""
         g = self.graph
-        renamed_const = False
+        renamed: list[tuple[Value, str]] = []  # (value, the name it had)
         for old, new in self.replacements:
             if id(new) in self._created or any(o is old for o in g.outputs):
                 # keep names stable: the replacement takes the old name
                 old_name = old.name
+                renamed.append((old, old_name))
+                renamed.append((new, new.name))
                 old.name = self._names.fresh(old_name + "__replaced")
                 new.name = old_name
-                renamed_const |= old.is_const or new.is_const
         for c in self.new_consts:
             g.initializers[c.name] = c
-        if renamed_const:
-            g.initializers = {v.name: v for v in g.initializers.values()}
+        # The initializers are keyed by name, in order: a renamed constant is keyed anew,
+        # the dict rebuilt in the same order. The first such rebuild of a run also keys
+        # anew whatever the code before the run renamed; after it only a constant renamed
+        # here can sit under a stale key (one it no longer has), and a renamed constant
+        # whose key a new constant took over is no longer in the dict: most renames need
+        # no rebuild (a whole-dict rebuild per rewrite is quadratic in a graph that folds
+        # hundreds of constants).
+        if any(v.is_const for v, _ in renamed):
+            inits = g.initializers
+            names = self._names
+            if not names.initializers_keyed or any(
+                v.is_const and name != v.name and inits.get(name) is v for v, name in renamed
+            ):
+                g.initializers = {v.name: v for v in inits.values()}
+                names.initializers_keyed = True
         for node in self.new_nodes:
             g.add_node(node, before=self.match.root)
         for old, new in self.replacements:
@@ -658,24 +696,33 @@ class NoMatchLog:
     """The last refusal per (rule, node) during one pass run."""
 
     def __init__(self) -> None:
-        self._records: dict[tuple[str, int], NoMatchRecord] = {}
+        # (rule, node name, op type, first output's name or None, reason, kind): the
+        # names as they are when the refusal happens, the text built when read (most
+        # refusals are overwritten or never read: a session drops them)
+        self._records: dict[tuple[str, int], tuple[str, str, str, str | None, str, str]] = {}
 
     def add(self, rule: str, node: Node, reason: str, kind: str = "check") -> None:
-        out = f" -> %{node.outputs[0].name}" if node.outputs else ""
-        self._records[(rule, id(node))] = NoMatchRecord(rule, f"{node.label}{out}", reason, kind)
+        out = node.outputs[0].name if node.outputs else None
+        self._records[(rule, id(node))] = (rule, node.name, node.op_type, out, reason, kind)
 
     def discard(self, rule: str, node: Node) -> None:
         self._records.pop((rule, id(node)), None)
+
+    @staticmethod
+    def _record(raw: tuple[str, str, str, str | None, str, str]) -> NoMatchRecord:
+        rule, name, op_type, out, reason, kind = raw
+        label = f"'{name}' ({op_type})" if name else f"({op_type})"  # Node.label
+        return NoMatchRecord(rule, label if out is None else f"{label} -> %{out}", reason, kind)
 
     def records(self, rule: str | None = None, *, include_pattern: bool = True) -> list[NoMatchRecord]:
         """Refusals (of ``rule``: class or snake-case name, case-insensitive);
         ``include_pattern=False`` leaves out nodes whose surroundings differ from the
         pattern (kind "pattern"), keeping the refusals of candidates."""
-        recs = [r for r in self._records.values() if include_pattern or r.kind != "pattern"]
-        if rule is None:
-            return recs
-        key = rule.replace("_", "").lower()
-        return [r for r in recs if r.rule.replace("_", "").lower() == key]
+        raws = [r for r in self._records.values() if include_pattern or r[5] != "pattern"]
+        if rule is not None:
+            key = rule.replace("_", "").lower()
+            raws = [r for r in raws if r[0].replace("_", "").lower() == key]
+        return [self._record(r) for r in raws]
 
     def clear(self) -> None:
         self._records.clear()
@@ -706,9 +753,9 @@ class RuleSet:
         by_op: dict[tuple[str, str], list[Rule]] = {}
         for _sweep in range(self.max_sweeps):
             changed = False
-            alive = {id(n) for n in graph.nodes}
+            removed: set[int] = set()  # nodes of this sweep's list a rewrite removed
             for node in list(graph.nodes):
-                if id(node) not in alive:
+                if id(node) in removed:
                     continue
                 key = (node.domain, node.op_type)
                 rules = by_op.get(key)
@@ -719,7 +766,7 @@ class RuleSet:
                     if res is None:
                         continue
                     for r in res:
-                        alive.discard(id(r))
+                        removed.add(id(r))
                     counts[rule.name] = counts.get(rule.name, 0) + 1
                     changed = True
                     break

@@ -315,8 +315,9 @@ class LowerLookup(Rule):
                     return NoMatch(
                         f"'{out.name}' (output of {n.label}) is also used by {c.label} outside the group"
                     )
-        order = {id(n): i for i, n in enumerate(graph.nodes)}
-        return sorted(members.values(), key=lambda n: order[id(n)]), dq
+        # a few members: their positions by list search (a node equals only itself),
+        # not a position map of the whole graph per check
+        return sorted(members.values(), key=graph.nodes.index), dq
 
     def _table(self, m: Match) -> np.ndarray:
         """Run DQ, the group's nodes in graph order and Q on the 256 (65536) codes (reference kernels)."""
