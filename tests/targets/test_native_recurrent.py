@@ -670,22 +670,7 @@ def test_float_rnn_input_projection_split_over_threads_gives_the_twin_bytes(op, 
     if op == "LSTM" or op == "GRU":
         _check_float(op, inputs, attrs)
         return
-    from quanta.kernels.reference.ort_float import ort_lstm_op
-
-    expected = ort_lstm_op(KernelContext(opset=21, op_type="OrtLSTM", n_outputs=3), *inputs, **attrs)
-    model, node = _rnn_model("OrtLSTM", inputs, attrs, domain="quanta")
-    try:
-        for isa in ISAS:
-            _native.set_isa(isa)
-            kernel, reason = native_kernel_for(model, node)
-            assert kernel is not None and kernel.name == "native:ort_lstm_f32", reason
-            for threads in THREADS:
-                ctx = KernelContext(
-                    opset=21, op_type="OrtLSTM", node_name="rnn", n_outputs=3, num_threads=threads
-                )
-                _assert_same(expected, kernel.fn(ctx, *inputs, **attrs, **kernel.params), f"{isa}, {threads}")
-    finally:
-        _native.clear_isa()
+    _check_ort_lstm(inputs, attrs)
 
 
 @pytest.mark.parametrize(
@@ -825,24 +810,7 @@ def test_float_rnn_step_team_gives_the_twin_bytes(op, H, B, direction, variant, 
         if op != "OrtLSTM":
             _check_float(op, inputs, attrs)
             return
-        from quanta.kernels.reference.ort_float import ort_lstm_op
-
-        expected = ort_lstm_op(KernelContext(opset=21, op_type="OrtLSTM", n_outputs=3), *inputs, **attrs)
-        model, node = _rnn_model("OrtLSTM", inputs, attrs, domain="quanta")
-        try:
-            for isa in ISAS:
-                _native.set_isa(isa)
-                kernel, reason = native_kernel_for(model, node)
-                assert kernel is not None and kernel.name == "native:ort_lstm_f32", reason
-                for threads in THREADS:
-                    ctx = KernelContext(
-                        opset=21, op_type="OrtLSTM", node_name="rnn", n_outputs=3, num_threads=threads
-                    )
-                    _assert_same(
-                        expected, kernel.fn(ctx, *inputs, **attrs, **kernel.params), f"{isa}, {threads}"
-                    )
-        finally:
-            _native.clear_isa()
+        _check_ort_lstm(inputs, attrs)
     finally:
         _native.pool_solo_for(0)
 
@@ -1007,22 +975,7 @@ def _check_float_kind(op, H, n_in, T, B, direction, lens, variant) -> None:
     if op != "OrtLSTM":
         _check_float(op, inputs, attrs)
         return
-    from quanta.kernels.reference.ort_float import ort_lstm_op
-
-    expected = ort_lstm_op(KernelContext(opset=21, op_type="OrtLSTM", n_outputs=3), *inputs, **attrs)
-    model, node = _rnn_model("OrtLSTM", inputs, attrs, domain="quanta")
-    try:
-        for isa in ISAS:
-            _native.set_isa(isa)
-            kernel, reason = native_kernel_for(model, node)
-            assert kernel is not None and kernel.name == "native:ort_lstm_f32", reason
-            for threads in THREADS:
-                ctx = KernelContext(
-                    opset=21, op_type="OrtLSTM", node_name="rnn", n_outputs=3, num_threads=threads
-                )
-                _assert_same(expected, kernel.fn(ctx, *inputs, **attrs, **kernel.params), f"{isa}, {threads}")
-    finally:
-        _native.clear_isa()
+    _check_ort_lstm(inputs, attrs)
 
 
 def test_float_lstm_twin_within_its_error_bound_of_float64():
@@ -1220,6 +1173,26 @@ def _assert_same_nan_positions(expected, got, label: str) -> None:
         assert np.array_equal(nan, np.isnan(a)), f"{label} {name}: NaN positions differ"
         bad = (e.view(np.uint32) != a.view(np.uint32)) & ~nan
         assert not bad.any(), f"{label} {name}: {int(bad.sum())} of {e.size} differ"
+
+
+def _check_ort_lstm(inputs: list, attrs: dict) -> None:
+    """OrtLSTM's native kernel = the twin on every ISA and thread count."""
+    from quanta.kernels.reference.ort_float import ort_lstm_op
+
+    expected = ort_lstm_op(KernelContext(opset=21, op_type="OrtLSTM", n_outputs=3), *inputs, **attrs)
+    model, node = _rnn_model("OrtLSTM", inputs, attrs, domain="quanta")
+    try:
+        for isa in ISAS:
+            _native.set_isa(isa)
+            kernel, reason = native_kernel_for(model, node)
+            assert kernel is not None and kernel.name == "native:ort_lstm_f32", reason
+            for threads in THREADS:
+                ctx = KernelContext(
+                    opset=21, op_type="OrtLSTM", node_name="rnn", n_outputs=3, num_threads=threads
+                )
+                _assert_same(expected, kernel.fn(ctx, *inputs, **attrs, **kernel.params), f"{isa}, {threads}")
+    finally:
+        _native.clear_isa()
 
 
 def _check_ort_gru(inputs: list, attrs: dict, same) -> None:
