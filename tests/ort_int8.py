@@ -58,3 +58,22 @@ def fit_s8(a: np.ndarray) -> np.ndarray:
     if ORT_INT8_EXACT or a.dtype != np.int8:
         return a
     return (a >> 1).astype(np.int8)
+
+
+def ort_functions_differ_from_exact(proto, feed: dict, expected: np.ndarray, *, exact_backend: str) -> int:
+    """Asserts that ``proto``'s first output under ``float_functions="ort"`` is
+    ``expected`` (ONNX Runtime's) on the native and the reference backend, and returns
+    how many elements quanta's exact sum (``"auto"`` on ``exact_backend``) gives
+    differently: a test of ORT's arithmetic needs that count above 0, else the exact sum
+    could pass it too."""
+    from quanta.session import InferenceSession, SessionOptions
+
+    for backend in ("native", "reference"):
+        got = InferenceSession(proto, SessionOptions(float_functions="ort"), backend=backend).run(None, feed)[
+            0
+        ]
+        np.testing.assert_array_equal(got, expected, err_msg=f"float_functions='ort', {backend}")
+    exact = InferenceSession(proto, SessionOptions(float_functions="auto"), backend=exact_backend).run(
+        None, feed
+    )[0]
+    return int(np.count_nonzero(exact != expected))
