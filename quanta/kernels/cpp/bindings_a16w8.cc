@@ -12,7 +12,7 @@
 //                          zy, out_dtype, num_threads=1, out=None)
 //     wd: int32 [C, kh·kw] = w − zw (group = C = M).
 //   a16w8_affine16(x, zx, m, b, lo, hi, axis, out_dtype, out=None)      QLinearAffine16 (eq. (E1))
-//   a16w8_binary16(kind, a, za, b, zb, m0, m1, zy, out=None)            QLinearAdd16 / QLinearMul16
+//   a16w8_binary16(kind, a, za, b, zb, sa, sb, sy, zy, out=None)        QLinearAdd16 / QLinearMul16
 //   a16w8_lut16(x, table, out=None)                                     QLinearLookup of 16-bit codes
 //     (a16w8/requant16.h; float64 multipliers from quanta.kernels.reference.requant16)
 #include <array>
@@ -293,7 +293,7 @@ py::array binary_typed(const py::array& a, const py::array& b, const py::object&
 }
 
 py::array binary16_impl(const std::string& kind, const py::handle& a_obj, int64_t za, const py::handle& b_obj,
-                        int64_t zb, double m0, double m1, int64_t zy, const py::object& out_obj) {
+                        int64_t zb, double sa, double sb, double sy, int64_t zy, const py::object& out_obj) {
   const std::string op = "a16w8_binary16";
   if (kind != "Add" && kind != "Mul") throw py::value_error(op + ": kind: expected 'Add' or 'Mul', got '" + kind + "'");
   py::array a = contiguous_int_input(a_obj, op + ": a");
@@ -306,8 +306,10 @@ py::array binary16_impl(const std::string& kind, const py::handle& a_obj, int64_
   p.mul = kind == "Mul";
   p.za = static_cast<int32_t>(za);
   p.zb = static_cast<int32_t>(zb);
-  p.m0 = m0;
-  p.m1 = m1;
+  // the float32 scales the file holds (the binder passes them as Python floats)
+  p.sa = static_cast<float>(sa);
+  p.sb = static_cast<float>(sb);
+  p.sy = static_cast<float>(sy);
   p.zy = static_cast<double>(zy);
   p.lo = ea == Elem::kU16 ? 0.0 : -32768.0;
   p.hi = ea == Elem::kU16 ? 65535.0 : 32767.0;
@@ -355,7 +357,7 @@ void register_a16w8(py::module_& m) {
   m.def("a16w8_lut16", &lut16_impl, py::arg("x"), py::arg("table"), py::arg("out") = py::none(),
         "y = table[16 bits of x] (a 65536-entry lookup table, requant16.h).");
   m.def("a16w8_binary16", &binary16_impl, py::arg("kind"), py::arg("a"), py::arg("za"), py::arg("b"), py::arg("zb"),
-        py::arg("m0"), py::arg("m1"), py::arg("zy"), py::arg("out") = py::none(),
+        py::arg("sa"), py::arg("sb"), py::arg("sy"), py::arg("zy"), py::arg("out") = py::none(),
         "QLinearAdd16 / QLinearMul16 on 16-bit codes with numpy broadcasting (requant16.h).");
   m.def("a16w8_matmul", &matmul_impl, py::arg("a"), py::arg("packed"), py::arg("k"), py::arg("n"), py::arg("dw"),
         py::arg("cw"), py::arg("bias"), py::arg("mult"), py::arg("za"), py::arg("zy"), py::arg("out_dtype"),

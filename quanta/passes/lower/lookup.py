@@ -73,6 +73,7 @@ __all__ = [
     "LowerLookup",
     "compose_tables",
     "constant_codes",
+    "group_table",
     "lookup_codes",
 ]
 
@@ -196,6 +197,62 @@ def lookup_codes(storage: np.dtype) -> np.ndarray:
 
 def _elem_dtype(q: QuantType) -> np.dtype:
     return np.dtype(q.storage.numpy)  # type: ignore[union-attr]
+
+
+def group_table(
+    evaluator: Evaluator,
+    dq: Node,
+    nodes: list[Node],
+    root: Node,
+    qx: QuantType,
+    qy: QuantType,
+    axis: int | None,
+) -> np.ndarray:
+    """The codes ``root`` (a QuantizeLinear) gives for every code of ``dq``'s input through
+    ``nodes`` (the float group, in graph order), computed by the reference kernels: the
+    table of LowerLookup, [2^bits] per tensor or [C, 256] along ``axis``."""
+    values: dict[int, np.ndarray] = {}
+
+    def arg(v: Value | None) -> np.ndarray | None:
+        if v is None:
+            return None
+        if id(v) in values:
+            return values[id(v)]
+        if not v.is_const:  # a dequantized weight: its DequantizeLinear (and QuantizeLinear)
+            p = v.producer
+            assert p is not None and (_dequantized_constant(v) or constant_codes(v))
+            values[id(v)] = np.asarray(evaluator(p, [arg(i) for i in p.inputs])[0])
+            return values[id(v)]
+        return np.asarray(v.const)
+
+    codes = lookup_codes(_elem_dtype(qx))
+    if axis is not None:
+        # the 256 codes along another axis of a [1, .., C, .., 256, .., 1] tensor, so
+        # the per-channel constants broadcast as they do on x: row c of the result is
+        # the group on every code of channel c (docs/passes.md (T3))
+        shape = [1] * len(dq.inputs[0].type.shape)
+        other = len(shape) - 1 if axis != len(shape) - 1 else len(shape) - 2
+        shape[axis], shape[other] = int(dq.inputs[0].type.shape[axis]), 256
+        codes = np.ascontiguousarray(
+            np.broadcast_to(codes.reshape([256 if i == other else 1 for i in range(len(shape))]), shape)
+        )
+    elif dq.inputs[0].type is not None and dq.inputs[0].type.shape is not None:
+        # the codes along the last axis of a [1, .., 1, 256] tensor of x's rank: a
+        # one-element constant of x's rank broadcasts onto it as onto x (PRelu takes
+        # no slope of a higher rank than x: GTCRN's slopes are [1, 1, 1])
+        codes = codes.reshape([1] * (len(dq.inputs[0].type.shape) - 1) + [codes.size])
+    values[id(dq.inputs[0])] = codes
+    for node in [dq, *nodes, root]:
+        outs = evaluator(node, [arg(v) for v in node.inputs])
+        values[id(node.outputs[0])] = np.asarray(outs[0])
+    out = values[id(root.outputs[0])]
+    if axis is None:
+        table = out.reshape(codes.size)
+    else:
+        table = np.ascontiguousarray(np.moveaxis(out, (axis, other), (0, 1)).reshape(shape[axis], 256))
+    if table.dtype != _elem_dtype(qy):
+        raise AssertionError(f"table of {root.label}: {table.dtype}")
+    return table
 
 
 class LowerLookup(Rule):
@@ -322,50 +379,9 @@ class LowerLookup(Rule):
     def _table(self, m: Match) -> np.ndarray:
         """Run DQ, the group's nodes in graph order and Q on the 256 (65536) codes (reference kernels)."""
         assert self.evaluator is not None
-        dq: Node = m.data["dq"]
-        values: dict[int, np.ndarray] = {}
-
-        def arg(v: Value | None) -> np.ndarray | None:
-            if v is None:
-                return None
-            if id(v) in values:
-                return values[id(v)]
-            if not v.is_const:  # a dequantized weight: its DequantizeLinear (and QuantizeLinear)
-                p = v.producer
-                assert p is not None and (_dequantized_constant(v) or constant_codes(v))
-                values[id(v)] = np.asarray(self.evaluator(p, [arg(i) for i in p.inputs])[0])
-                return values[id(v)]
-            return np.asarray(v.const)
-
-        codes = lookup_codes(_elem_dtype(m.data["qx"]))
-        axis = m.data["axis"]
-        if axis is not None:
-            # the 256 codes along another axis of a [1, .., C, .., 256, .., 1] tensor, so
-            # the per-channel constants broadcast as they do on x: row c of the result is
-            # the group on every code of channel c (docs/passes.md (T3))
-            shape = [1] * len(dq.inputs[0].type.shape)
-            other = len(shape) - 1 if axis != len(shape) - 1 else len(shape) - 2
-            shape[axis], shape[other] = int(dq.inputs[0].type.shape[axis]), 256
-            codes = np.ascontiguousarray(
-                np.broadcast_to(codes.reshape([256 if i == other else 1 for i in range(len(shape))]), shape)
-            )
-        elif dq.inputs[0].type is not None and dq.inputs[0].type.shape is not None:
-            # the codes along the last axis of a [1, .., 1, 256] tensor of x's rank: a
-            # one-element constant of x's rank broadcasts onto it as onto x (PRelu takes
-            # no slope of a higher rank than x: GTCRN's slopes are [1, 1, 1])
-            codes = codes.reshape([1] * (len(dq.inputs[0].type.shape) - 1) + [codes.size])
-        values[id(dq.inputs[0])] = codes
-        for node in [dq, *m.data["nodes"], m.root]:
-            outs = self.evaluator(node, [arg(v) for v in node.inputs])
-            values[id(node.outputs[0])] = np.asarray(outs[0])
-        out = values[id(m.root.outputs[0])]
-        if axis is None:
-            table = out.reshape(codes.size)
-        else:
-            table = np.ascontiguousarray(np.moveaxis(out, (axis, other), (0, 1)).reshape(shape[axis], 256))
-        if table.dtype != _elem_dtype(m.data["qy"]):
-            raise AssertionError(f"table of {m.root.label}: {table.dtype}")
-        return table
+        return group_table(
+            self.evaluator, m.data["dq"], m.data["nodes"], m.root, m.data["qx"], m.data["qy"], m.data["axis"]
+        )
 
     def rewrite(self, m: Match, b: Builder) -> Value:
         try:

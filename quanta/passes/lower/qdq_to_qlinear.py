@@ -1004,7 +1004,7 @@ def lower_rules(
         LowerGemm(),
         LowerGemmFloatOutput(),
         # a 16-bit operand: quanta::QLinearConv16 / QLinearMatMul16 (wide.py)
-        *(wide_rules(tables=evaluator is not None) if wide else []),
+        *(wide_rules(evaluator) if wide else []),
         # 4-bit weights per block, 8-bit activations: quanta::MatMulW4A8 (w4.py)
         *(w4_rules() if wide else []),
         # MX activations (quanta::QuantizeMX) times MX weights: quanta::MatMulMX (mx.py)

@@ -22,8 +22,11 @@ import numpy as np
 
 from quanta.ir.graph import Node, Value, result_type
 from quanta.ir.types import IntType, QuantType, TensorType
+from quanta.kernels.reference.requant16 import affine16, affine16_params
+from quanta.passes.lower.lookup import group_table, lookup_codes
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import describe, node_qtype
+from quanta.passes.rules.fold_constants import Evaluator
 
 __all__ = [
     "LowerAffine16",
@@ -223,15 +226,16 @@ class MsQdqToOnnxPass(RewritePass):
     rules = (MsQdqToOnnx(),)
 
 
-def wide_rules(*, tables: bool = False) -> list[Rule]:
-    """The 16-bit rules, in the order lower_rules tries them; ``tables``: LowerLookup (with
-    an evaluator) takes the per-tensor elementwise groups."""
+def wide_rules(evaluator: Evaluator | None = None) -> list[Rule]:
+    """The 16-bit rules, in the order lower_rules tries them; with an ``evaluator`` (the
+    reference kernels) LowerLookup takes the per-tensor elementwise groups whose affine map
+    is not the float group's on every code, and those with a constant operand."""
     return [
         LowerConv16(),
         LowerMatMul16(),
         LowerGemm16(),
-        LowerAffine16(tables=tables),
-        LowerBinary16(tables=tables),
+        LowerAffine16(evaluator),
+        LowerBinary16(tables=evaluator is not None),
     ]
 
 
@@ -333,35 +337,9 @@ def _channel_axis(k: np.ndarray, shape: tuple | None) -> int | NoMatch | None:
     return varying[0] - k.ndim
 
 
-#: the share of an affine map's codes within TIE_BAND of a rounding tie above which a
-#: per-tensor group goes to LowerLookup's exact table (uniform fractions put 2^-9 there)
-TIE_SHARE = 0.01
-TIE_BAND = 2.0**-10
-
-
-def _tie_share(
-    m: Match,
-    dq: Node,
-    qx: QuantType,
-    qy: QuantType,
-    a: np.ndarray,
-    b: np.ndarray,
-) -> float:
-    """The share of x's codes whose eq. (E1) value lies within TIE_BAND of a tie (x.5)."""
-    assert isinstance(qx.storage, IntType) and isinstance(qy.storage, IntType)
-    zx, zy = dq.input(2), m["zy"]
-    # eq. (E1)'s M and B (reference/requant16.affine16_params; the band is far wider than
-    # any difference in how they are rounded)
-    sx = float(np.asarray(dq.input(1).const, np.float32).reshape(()))
-    sy = float(np.asarray(m.const("sy"), np.float32).reshape(()))
-    zxv = 0 if zx is None else int(np.asarray(zx.const).reshape(()))
-    zyv = 0 if zy is None else int(np.asarray(zy.const).reshape(()))
-    mult = sx * float(np.asarray(a).reshape(())) / sy
-    bias = float(np.asarray(b).reshape(())) / sy + zyv
-    info = np.iinfo(qx.storage.numpy)
-    d = np.arange(int(info.min), int(info.max) + 1, dtype=np.float64) - zxv
-    v = d * mult + bias
-    return float(np.mean(np.abs(v - np.floor(v) - 0.5) < TIE_BAND))
+#: False: the per-tensor affine map is taken without comparing it with the float group
+#: (tests force the map where the float group would go to LowerLookup)
+EXACT_CHECK = True
 
 
 class LowerAffine16(Rule):
@@ -374,14 +352,17 @@ class LowerAffine16(Rule):
 
     pattern = "y = QuantizeLinear(c = BatchNormalization|Add|Sub|Mul|Div|HardSigmoid|Relu|Clip(...), sy, zy?)"
 
-    def __init__(self, *, tables: bool = False) -> None:
+    def __init__(self, evaluator: Evaluator | None = None) -> None:
         super().__init__()
-        # True: a per-tensor map whose codes sit on rounding ties is left to LowerLookup,
-        # whose 65536-entry table is the float group bit for bit (the affine map rounds the
-        # exact value: HardSwish's x + 3 at a 6/65535 step puts every code on a tie the
-        # float group breaks by its float32 error); elsewhere the map is the faster (a
-        # 128 KiB table per op leaves the cache for every op)
-        self.tables = tables
+        # With the reference kernels, a per-tensor map is compared with the float group on
+        # all 65536 codes and taken only where the two agree on every code; else
+        # LowerLookup's table, which is the float group bit for bit. The map rounds the
+        # exact value once, the float group rounds by its float32 steps: they part where
+        # those steps cross a tie (HardSwish's x + 3 at a 6/65535 step: about half the
+        # codes; ppocr_cls's 16-bit file, ORT's quantizer: 35 of 65536 codes of its
+        # x + 3, which 29 output steps carried downstream). Where they agree the map is
+        # the faster (a 128 KiB table per op leaves the cache for every op).
+        self.evaluator = evaluator
 
     def check(self, m: Match) -> Match | NoMatch:
         bad = _check_consts(m, "sy", "zy")
@@ -406,15 +387,45 @@ class LowerAffine16(Rule):
         if isinstance(got, NoMatch):
             return got
         a, b, axis, lo, hi = got
-        if self.tables and axis is None and op.op_type != "BatchNormalization":
-            share = _tie_share(m, dq, qx, qy, a, b)
-            if share > TIE_SHARE:
+        if self.evaluator is not None and axis is None and EXACT_CHECK:
+            differ = self._codes_apart(m, dq, op, qx, qy, a, b, lo, hi)
+            if differ:
                 return NoMatch(
-                    f"{share:.0%} of the codes land on a rounding tie, which the float group breaks "
-                    "by its own float32 error: LowerLookup's table computes it as the float group"
+                    f"the affine map (E1) and the float group give different codes for {differ} of "
+                    f"the {1 << 16} input codes: LowerLookup's table computes the float group"
                 )
         m.data.update(dq=dq, qx=qx, qy=qy, a=a, b=b, axis=axis, y_min=lo, y_max=hi)
         return m
+
+    def _codes_apart(
+        self,
+        m: Match,
+        dq: Node,
+        op: Node,
+        qx: QuantType,
+        qy: QuantType,
+        a: np.ndarray,
+        b: np.ndarray,
+        lo: float | None,
+        hi: float | None,
+    ) -> int:
+        """How many of the 65536 codes eq. (E1) maps elsewhere than the float group does."""
+        assert self.evaluator is not None and isinstance(qy.storage, IntType)
+        table = group_table(self.evaluator, dq, [op], m.root, qx, qy, None)
+        out = np.dtype(qy.storage.numpy)
+        params = affine16_params(
+            np.asarray(dq.input(1).const),
+            None if dq.input(2) is None else np.asarray(dq.input(2).const),
+            np.asarray(m.const("sy")),
+            None if m["zy"] is None else np.asarray(m["zy"].const),
+            a,
+            b,
+            out,
+            lo,
+            hi,
+        )
+        mapped = affine16(lookup_codes(np.dtype(qx.storage.numpy)), *params, out)  # type: ignore[union-attr]
+        return int(np.count_nonzero(mapped != table))
 
     @staticmethod
     def _affine(

@@ -118,7 +118,7 @@ def _binary16_native(ctx: Any, *inputs: Any, out: np.ndarray | None = None, **p:
     a, b = inputs[0], inputs[3]
     if a.dtype == p["dtype"] and b.dtype == p["dtype"] and a.flags.c_contiguous and b.flags.c_contiguous:
         return _native.a16w8_binary16(
-            p["kind"], a, p["zero_a"], b, p["zero_b"], p["m0"], p["m1"], p["zero_y"], out=out
+            p["kind"], a, p["zero_a"], b, p["zero_b"], p["sa"], p["sb"], p["sy"], p["zero_y"], out=out
         )
     return run_twin(f"QLinear{p['kind']}16", QUANTA_DOMAIN, ctx, inputs, {}, out)
 
@@ -129,9 +129,11 @@ def _binary16_specialized(sig: Specialization, **attrs: Any) -> Any:
     if sig.dtypes[0] != attrs["dtype"] or sig.dtypes[3] != attrs["dtype"]:
         return None
     fn, out = _native.a16w8_binary16, sig.out
-    kind, za, zb, m0, m1, zy = (attrs[k] for k in ("kind", "zero_a", "zero_b", "m0", "m1", "zero_y"))
+    kind, za, zb, sa, sb, sy, zy = (
+        attrs[k] for k in ("kind", "zero_a", "zero_b", "sa", "sb", "sy", "zero_y")
+    )
     return guarded(
-        lambda a, b: fn(kind, a, za, b, zb, m0, m1, zy, out=out),
+        lambda a, b: fn(kind, a, za, b, zb, sa, sb, sy, zy, out=out),
         _binary16_native,
         attrs,
         out,
@@ -155,7 +157,7 @@ def _bind_binary16(kind: str, node: Node) -> tuple[Kernel | None, str]:
     zy = consts["y_zero_point"]
     if zy is None or np.dtype(zy.dtype) != dt:
         return None, f"native QLinear{kind}16: y_zero_point is not a constant of a's type"
-    m0, m1 = binary16_params(kind, consts["a_scale"], consts["b_scale"], consts["y_scale"])
+    sa, sb, sy = binary16_params(kind, consts["a_scale"], consts["b_scale"], consts["y_scale"])
 
     def zp(c: np.ndarray | None) -> int:
         return 0 if c is None else int(c.reshape(()))
@@ -166,8 +168,9 @@ def _bind_binary16(kind: str, node: Node) -> tuple[Kernel | None, str]:
         "zero_a": zp(consts["a_zero_point"]),
         "zero_b": zp(consts["b_zero_point"]),
         "zero_y": zp(zy),
-        "m0": m0,
-        "m1": m1,
+        "sa": sa,
+        "sb": sb,
+        "sy": sy,
     }
     name = f"native:qlinear_{kind.lower()}16_{_SHORT[dt]}"
     return Kernel(

@@ -1,11 +1,13 @@
 // Elementwise ops on 16-bit codes (docs/quantization-math.md "A16 elementwise", eqs.
-// (E1)-(E3); the twin is quanta/kernels/reference/requant16.py): every value in float64,
-// one rounding per product and sum in the written order (the build passes
-// -ffp-contract=off), rounded half to even, so the codes equal the twin's.
+// (E1)-(E3); the twin is quanta/kernels/reference/requant16.py): one rounding per product,
+// sum and quotient in the written order (the build passes -ffp-contract=off), rounded half
+// to even, so the codes equal the twin's. affine16 computes in float64; the binary ops are
+// the float group's float32 steps (DequantizeLinear, the op, QuantizeLinear's division).
 //
 //   affine16   y = sat(rne(clamp(f64(x − zx)·m[c] + b[c], lo, hi)))   x [outer, C, inner]
-//   mul16      y = sat(rne(f64((a − za)(b − zb))·m0 + zy))            numpy broadcasting
-//   add16      y = sat(rne((f64(a − za)·m0 + f64(b − zb)·m1) + zy))
+//   mul16      y = sat(rne(f32(f32(f32(a − za)·sa)·f32(f32(b − zb)·sb)) / sy) + zy)
+//   add16      y = sat(rne(f32(f32(f32(a − za)·sa)+f32(f32(b − zb)·sb)) / sy) + zy)
+//              (numpy broadcasting)
 //   lut16      y = table[bits(x)]                                     a 65536-entry table
 #pragma once
 
@@ -28,7 +30,8 @@ struct Affine16 {
 struct Binary16 {
   bool mul = true;
   int32_t za = 0, zb = 0;
-  double m0 = 0, m1 = 0, zy = 0, lo = 0, hi = 0;
+  float sa = 0, sb = 0, sy = 1;  // the float32 scales: the group's steps, eqs. (E2) / (E3)
+  double zy = 0, lo = 0, hi = 0;
 };
 
 // TI, TO: uint16_t or int16_t.

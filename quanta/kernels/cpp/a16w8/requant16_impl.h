@@ -38,26 +38,34 @@ void affine16(const TI* x, TO* y, const Affine16& p) {
 }
 
 // One run of a binary op: a_step / b_step are 1 (stepping) or 0 (repeating one value); the
-// three cases get loops of their own so each vectorizes. A product of two 17-bit
-// differences is exact in double, so multiplying the converted differences equals
-// converting the int64 product (the twin's form).
+// three cases get loops of their own so each vectorizes. Every step is the float group's
+// float32 operation (a 17-bit difference converts exactly; -ffp-contract=off keeps the
+// products and the sum apart). The quotient is rounded before the zero point is added, as
+// QuantizeLinear does: a tie rounds to even on its own, not on its sum with an odd zero
+// point. Clamping to the integer bounds less zy first gives the same codes and keeps the
+// rounding trick's range.
 template <bool kMul, typename T>
 void binary_run(const T* a, int64_t a_step, const T* b, int64_t b_step, T* y, int64_t n, const Binary16& p) {
-  const double za = p.za, zb = p.zb, m0 = p.m0, m1 = p.m1, zy = p.zy, lo = p.lo, hi = p.hi;
-  auto one = [&](double da, double db) {
-    const double v = kMul ? (da * db) * m0 + zy : (da * m0 + db * m1) + zy;
-    return static_cast<T>(static_cast<int32_t>(rne_clamped(v, lo, hi)));
+  const int32_t za = p.za, zb = p.zb;
+  const float sa = p.sa, sb = p.sb, sy = p.sy;
+  const double zy = p.zy, lo = p.lo - p.zy, hi = p.hi - p.zy;
+  auto one = [&](float fa, float fb) {
+    const float v = kMul ? fa * fb : fa + fb;
+    const float q = v / sy;
+    return static_cast<T>(static_cast<int32_t>(rne_clamped(static_cast<double>(q), lo, hi) + zy));
   };
+  auto deq_a = [&](T v) { return static_cast<float>(static_cast<int32_t>(v) - za) * sa; };
+  auto deq_b = [&](T v) { return static_cast<float>(static_cast<int32_t>(v) - zb) * sb; };
   if (a_step == 1 && b_step == 1) {
-    for (int64_t i = 0; i < n; ++i) y[i] = one(static_cast<double>(a[i]) - za, static_cast<double>(b[i]) - zb);
+    for (int64_t i = 0; i < n; ++i) y[i] = one(deq_a(a[i]), deq_b(b[i]));
   } else if (a_step == 1) {
-    const double db = static_cast<double>(b[0]) - zb;
-    for (int64_t i = 0; i < n; ++i) y[i] = one(static_cast<double>(a[i]) - za, db);
+    const float fb = deq_b(b[0]);
+    for (int64_t i = 0; i < n; ++i) y[i] = one(deq_a(a[i]), fb);
   } else if (b_step == 1) {
-    const double da = static_cast<double>(a[0]) - za;
-    for (int64_t i = 0; i < n; ++i) y[i] = one(da, static_cast<double>(b[i]) - zb);
+    const float fa = deq_a(a[0]);
+    for (int64_t i = 0; i < n; ++i) y[i] = one(fa, deq_b(b[i]));
   } else {
-    const T v = one(static_cast<double>(a[0]) - za, static_cast<double>(b[0]) - zb);
+    const T v = one(deq_a(a[0]), deq_b(b[0]));
     for (int64_t i = 0; i < n; ++i) y[i] = v;
   }
 }
