@@ -176,6 +176,7 @@ __all__ = [
     "LstmToOrtLstm",
     "MatMulIntegerSaturatingPairs",
     "MatMulIntegerToFloatSaturatingPairs",
+    "MatMulToMlasMatMul",
     "OrtFloatFunctions",
     "QdqConvToMlasQLinearConv",
     "ReduceToOrtReduce",
@@ -1083,6 +1084,96 @@ def _only_use(v: Value, graph: Graph) -> bool:
     return len(v.uses) == 1 and not any(o is v for o in graph.outputs)
 
 
+def _scale_of(node: Node | None) -> tuple[np.float32, Value] | None:
+    """(scale, the scaled value) of a Mul or Div by a scalar constant, as ORT's
+    MatMulScaleFusion reads it (GetScaleFromNode: Div's divisor becomes f32(1 / divisor);
+    Mul's first scalar operand, then its second); else None."""
+    if node is None or node.domain or node.op_type not in ("Mul", "Div") or len(node.inputs) != 2:
+        return None
+    if node.op_type == "Div":
+        c = _constant(node.inputs[1])
+        if c is None or c.size != 1 or node.inputs[0] is None:
+            return None
+        return np.float32(1) / np.float32(c.reshape(-1)[0]), node.inputs[0]
+    for i in (0, 1):
+        c = _constant(node.inputs[i])
+        other = node.inputs[1 - i]
+        if c is not None and c.size == 1 and other is not None:
+            return np.float32(c.reshape(-1)[0]), other
+    return None
+
+
+def _is_f32(v: Value | None) -> bool:
+    return v is not None and v.type is not None and v.type.elem == F32
+
+
+class MatMulToMlasMatMul(Rule):
+    """%y = MatMul(%a: f32, %b: f32)  (B not a constant), with ORT's scale fusion:
+    a scalar Mul / Div of an input or of the only use of y folds into alpha
+    -> %y = quanta::MlasMatMul(%a', %b', alpha, threads=T, trans_b)
+    (module docstring: ORT's float MatMul / FusedMatMul in MLAS's order)"""
+
+    pattern = "y = MatMul(a, b)"
+
+    def __init__(self, threads: int = 1) -> None:
+        super().__init__()
+        self.threads = max(1, int(threads))
+
+    def check(self, m: Match) -> Match | NoMatch:
+        a, b, y = m["a"], m["b"], m["y"]
+        if m.root.domain:
+            return NoMatch(f"MatMul is in domain {m.root.domain!r}")
+        if not (_is_f32(a) and _is_f32(b)):
+            return NoMatch("an input is not known to be float32 (MLAS's SGEMM is float32)")
+        if b.is_const or _constant(b) is not None:
+            # ORT packs a constant B at load and may fuse MatMul + Add into Gemm (bias first)
+            return NoMatch("B is a constant (ORT's packed weight / Gemm fusions are not modelled here)")
+        for v in (a, b):
+            if v.type.shape is None or len(v.type.shape) < 2:
+                return NoMatch(f"{describe(v)} has no known rank >= 2 (MatMul of vectors not modelled)")
+        if any(p is not None and p.op_type in ("DequantizeLinear",) for p in (a.producer, b.producer)):
+            return NoMatch("a QDQ MatMul group (ORT may run it as an integer kernel)")
+        alpha = np.float32(1)
+        inputs = [a, b]
+        for i, v in enumerate((a, b)):
+            sc = _scale_of(v.producer)
+            if sc is not None:
+                alpha = np.float32(alpha * sc[0])
+                inputs[i] = sc[1]
+        out = y
+        if _only_use(y, m.graph):
+            sc = _scale_of(y.uses[0][0])
+            if sc is not None and sc[1] is y:
+                alpha = np.float32(alpha * sc[0])
+                out = y.uses[0][0].outputs[0]
+        if not all(_is_f32(v) for v in inputs):
+            return NoMatch("a scaled input is not known to be float32")
+        bp = inputs[1].producer
+        perm = bp.attrs.get("perm") if bp is not None and bp.op_type == "Transpose" else None
+        rank = len(b.type.shape)
+        # MatMulTransposeFusion reads B through a Transpose that moves its last axis: the
+        # GEMM then reads B transposed, which only changes MLAS's kernel for one row
+        m.data["trans_b"] = int(perm is not None and len(perm) == rank and int(perm[-1]) != rank - 1)
+        m.data["alpha"] = float(alpha)
+        m.data["inputs"] = inputs
+        m.data["out"] = out
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        out = m.data["out"]
+        node = b.op(
+            "MlasMatMul",
+            m.data["inputs"],
+            {"alpha": m.data["alpha"], "threads": self.threads, "trans_b": m.data["trans_b"]},
+            types=result_type(shape_from=out, elem_from=out),
+            domain=QUANTA_DOMAIN,
+            name=m.root.name or None,
+        )
+        if out is not m["y"]:
+            b.replace(out, node)  # the trailing Mul / Div is then dead
+        return node
+
+
 class OrtFloatFunctions(RewritePass):
     name = "ort_float_functions"
     rules = (
@@ -1112,6 +1203,7 @@ class OrtFloatFunctions(RewritePass):
             # and "auto" keeps every step of a timed run on native kernels
             rules.append(GlobalAveragePoolToMlasPool())
             rules.append(ConvToMlasConv(threads))
+            rules.append(MatMulToMlasMatMul(threads))
         if u8s8_saturates:
             rules.insert(0, QdqConvToMlasQLinearConv())
             rules += [
