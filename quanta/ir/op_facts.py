@@ -429,6 +429,8 @@ FACTS = OpTable(
         Op("OrtReduceSum", QUANTA, shape_only=True),
         # ONNX Runtime's float GlobalAveragePool in MlasPool's order (the same rule file)
         Op("MlasGlobalAveragePool", QUANTA, shape_only=True),
+        # ONNX Runtime's float AveragePool in MlasPool's order (reference/mlas_pool.py)
+        Op("MlasAveragePool", QUANTA, shape_only=True),
         # ONNX Runtime's Softmax, LayerNorm family and FastGelu kernels (the same rule file)
         Op("MlasSoftmax", QUANTA, shape_only=True),
         Op("OrtLayerNorm", QUANTA, shape_only=True),

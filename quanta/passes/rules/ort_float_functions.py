@@ -165,6 +165,7 @@ from quanta.passes.rules.fuse_rms_norm import FuseRMSNorm
 
 __all__ = [
     "QUANTA_DOMAIN",
+    "AveragePoolToMlasPool",
     "BatchNormToOrtAffine",
     "ConvToMlasConv",
     "DynamicQuantizeLstmSaturatingPairs",
@@ -428,6 +429,57 @@ class GlobalAveragePoolToMlasPool(Rule):
             types=result_type(shape_from=m["y"], elem_from=m["y"]),
             domain=QUANTA_DOMAIN,
             name=m.root.name or None,
+        )
+
+
+class AveragePoolToMlasPool(Rule):
+    """%y = AveragePool(%x: f32) -> %y = quanta::MlasAveragePool(%x, nchwc)
+    (reference/mlas_pool.py: MlasPool's kernels; a 2-D pool of C % 8 = 0 channels ORT's
+    NCHWc transformer runs blocked, in the generic kernel's order)"""
+
+    pattern = "y = AveragePool(x)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        x, node = m["x"], m.root
+        if x.type is None or x.type.elem != F32 or x.type.shape is None or not 3 <= len(x.type.shape) <= 4:
+            return NoMatch(f"input {describe(x)} is not float32 of rank 3 or 4 (1-D and 2-D pools only)")
+        if any(int(d) != 1 for d in node.attrs.get("dilations", [])) or int(node.attrs.get("ceil_mode", 0)):
+            return NoMatch("dilations or ceil_mode (not MlasPool's modelled forms)")
+        auto = node.attrs.get("auto_pad", "NOTSET")
+        auto = auto.decode() if isinstance(auto, bytes) else auto
+        if auto not in ("NOTSET", "VALID", ""):
+            return NoMatch(f"auto_pad {auto} (explicit pads only)")
+        sx, y = _dq_storage(x), m["y"]
+        q = y.uses[0][0] if len(y.uses) == 1 and not any(o is y for o in m.graph.outputs) else None
+        if sx is not None and sx.bits == 8 and q is not None and q.op_type == "QuantizeLinear":
+            if _q_storage(q.outputs[0]) == sx:
+                return NoMatch(
+                    "ONNX Runtime may fuse this 8-bit group into QLinearAveragePool: integer arithmetic"
+                )
+        c = x.type.shape[1]
+        m.data["nchwc"] = int(len(x.type.shape) == 4 and isinstance(c, int) and c % 8 == 0)
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        node = m.root
+        d = len(m["x"].type.shape) - 2
+        auto = node.attrs.get("auto_pad", "NOTSET")
+        auto = auto.decode() if isinstance(auto, bytes) else auto
+        pads = [0] * 2 * d if auto == "VALID" else [int(p) for p in node.attrs.get("pads", [0] * 2 * d)]
+        attrs = {
+            "kernel_shape": [int(k) for k in node.attrs["kernel_shape"]],
+            "strides": [int(s) for s in node.attrs.get("strides", [1] * d)],
+            "pads": pads,
+            "count_include_pad": int(node.attrs.get("count_include_pad", 0)),
+            "nchwc": m.data["nchwc"],
+        }
+        return b.op(
+            "MlasAveragePool",
+            [m.value("x")],
+            attrs,
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            domain=QUANTA_DOMAIN,
+            name=node.name or None,
         )
 
 
@@ -1204,6 +1256,7 @@ class OrtFloatFunctions(RewritePass):
             rules.append(GlobalAveragePoolToMlasPool())
             rules.append(ConvToMlasConv(threads))
             rules.append(MatMulToMlasMatMul(threads))
+            rules.append(AveragePoolToMlasPool())
         if u8s8_saturates:
             rules.insert(0, QdqConvToMlasQLinearConv())
             rules += [

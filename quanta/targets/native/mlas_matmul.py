@@ -72,8 +72,16 @@ class _Plan:
 
 
 def _mlas_matmul(
-    ctx: Any, a: Any, b: Any, *, out: np.ndarray | None = None, plans: dict, **attrs: Any
+    ctx: Any,
+    a: Any,
+    b: Any,
+    *,
+    out: np.ndarray | None = None,
+    plans: dict,
+    isa: str | None = None,
+    **attrs: Any,
 ) -> Any:
+    """``isa``: the kernel path (None: the CPU's; tests run every path)."""
     a = np.asarray(a)
     b = np.asarray(b)
     key = (a.shape, b.shape)
@@ -104,7 +112,7 @@ def _mlas_matmul(
             w = np.ascontiguousarray(aa, dtype=F32).reshape(g * m, k, 1, 1)
             x = np.ascontiguousarray(bb, dtype=F32).reshape(1, g * k, 1, n)
         y = _native.mlas_conv_f32(
-            x, w, None, [1, 1], [1, 1], [0, 0, 0, 0], g, plan.parts, _threads(ctx), None, None
+            x, w, None, [1, 1], [1, 1], [0, 0, 0, 0], g, plan.parts, _threads(ctx), None, isa
         )
         if plan.transposed:
             y = np.swapaxes(y.reshape(g, n, m), 1, 2)
