@@ -160,7 +160,7 @@ from quanta.ir.ms_contrib import SKIP_LAYER_NORM_DOC, SKIP_SIMPLIFIED_LAYER_NORM
 from quanta.ir.types import F32, IntType, QuantType
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import describe
-from quanta.passes.rules.fuse_layer_norm import FuseLayerNorm
+from quanta.passes.rules.fuse_layer_norm import FuseLayerNorm, _f32_const, _internal
 from quanta.passes.rules.fuse_rms_norm import FuseRMSNorm
 
 __all__ = [
@@ -988,6 +988,30 @@ class LayerNormToOrtLayerNorm(Rule):
         )
 
 
+def _row_affine(
+    y: Value, graph: Graph, op: str, x: Value, axis: int
+) -> tuple[Node, np.ndarray, Value] | None:
+    """fuse_layer_norm's affine step (the Mul / Add by a constant that is ``y``'s only
+    reader) for a norm over x's last axis whose length shape inference does not know: a
+    constant of one row, as LayerNormFusion takes it."""
+    shape = x.shape
+    if (
+        shape is None
+        or axis % len(shape) != len(shape) - 1
+        or isinstance(shape[-1], int)
+        or not _internal(y, graph)
+    ):
+        return None
+    node = y.consumers()[0]
+    if node.domain or node.op_type != op or len(node.inputs) != 2:
+        return None
+    c = node.inputs[1] if node.inputs[0] is y else node.inputs[0]
+    arr = _f32_const(c)
+    if arr is None or c is y or arr.ndim < 1 or arr.size != arr.shape[-1] or arr.size < 2:
+        return None
+    return node, arr, c
+
+
 class _WrittenNormToOrtLayerNorm:
     """The rewrite of a written-out norm ORT's graph optimizer fuses (LayerNormFusion,
     SimplifiedLayerNormFusion): both need the affine scale (and LayerNorm its bias)."""
@@ -1038,7 +1062,18 @@ class WrittenLayerNormToOrtLayerNorm(_WrittenNormToOrtLayerNorm, FuseLayerNorm):
 
     def check(self, m: Match) -> Match | NoMatch:
         found = FuseLayerNorm.check(self, m)
-        return found if isinstance(found, NoMatch) else self._accept(found)
+        if isinstance(found, NoMatch):
+            return found
+        if found.data.get("scale") is None:
+            # x's row length unknown to shape inference (PaddleOCR's Reshape of a computed
+            # shape): ORT still fuses a one-row scale and bias over the last axis
+            x, y = found.data["x"], m.value("y")
+            scale = _row_affine(y, m.graph, "Mul", x, found.data["axis"])
+            bias = _row_affine(scale[0].outputs[0], m.graph, "Add", x, found.data["axis"]) if scale else None
+            found.data.update(scale=scale, bias=bias)
+            # the nodes the engine removes once unread: the affine tail first (FuseLayerNorm's order)
+            found.matched = [*(a[0] for a in (bias, scale) if a is not None), *found.matched]
+        return self._accept(found)
 
 
 class WrittenRmsNormToOrtLayerNorm(_WrittenNormToOrtLayerNorm, FuseRMSNorm):
