@@ -411,7 +411,7 @@ FACTS = OpTable(
         # ONNX Runtime's float Conv in MLAS's order (the same rule file; reference/mlas_conv.py)
         Op("MlasConv", QUANTA, compute=True),
         # ONNX Runtime's float MatMul / FusedMatMul in MLAS's order (reference/mlas_matmul.py)
-        Op("MlasMatMul", QUANTA, compute=True, macs=MacKind.MATMUL),
+        Op("MlasMatMul", QUANTA, shape_only=True, compute=True, macs=MacKind.MATMUL),
         # ONNX Runtime's QLinearConv as its u8·s8 kernels without VNNI compute it (the same
         # rule file): written before lowering, so it reads and writes codes in the qdq stage too
         Op(

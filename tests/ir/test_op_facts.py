@@ -60,7 +60,7 @@ PINNED = {
     "quanta.passes.coverage.COMPUTE_OPS": {
         "Conv", "ConvTranspose", "MatMul", "Gemm", "Add", "Mul", "Concat", "AveragePool",
         "GlobalAveragePool", "Sigmoid", "LeakyRelu", "Softmax", "LSTM", "GRU", "RNN", "Einsum", *_TABLED,
-        "OrtLSTM", "OrtGRU", "ConvNchwc", "MlasConv",
+        "OrtLSTM", "OrtGRU", "ConvNchwc", "MlasConv", "MlasMatMul",
     },
     "quanta.passes.coverage.INTEGER_OF": {
         "Conv": ("QLinearConv", "ConvInteger", "QLinearConv16"),
@@ -143,7 +143,7 @@ PINNED = {
         "AccumulatorToFloat", "AccumulatorToQuant", "SoftmaxQuant", "MulQuant", "Conv", "ConvMX", "LayerNormDiv", "MatMulBf16", "MatMulMX",
         "MatMulW4A8", "MatMulW8", "MatMulBias", "MlasLogistic", "MlasTanh", "QLinearConv16", "QLinearLookup", "QLinearMatMul16", "QLinearMatMulAdd", "TransposeView",
         "RMSNormDiv", "MlasGeluTanh", "OrtReduceMean", "OrtReduceSum", "MlasGlobalAveragePool", "MlasQLinearConv",
-        "MlasSoftmax", "OrtLayerNorm", "OrtFastGelu",
+        "MlasSoftmax", "OrtLayerNorm", "OrtFastGelu", "MlasMatMul", "MlasAveragePool",
         "ConvNchwc", "MaxPoolNchwc", "GlobalAveragePoolNchwc", "ReorderNchwc", "ReorderNchw",
         "QLinearAffine16", "QLinearAdd16", "QLinearMul16",
     },
@@ -168,7 +168,7 @@ PINNED = {
         "AccumulatorToQuant", "SoftmaxQuant", "MulQuant", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
         "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "MlasLogistic", "MlasTanh", "LayerNormDiv", "RMSNormDiv",
         "MlasGeluTanh", "OrtReduceMean", "OrtReduceSum", "MlasGlobalAveragePool", "MlasQLinearConv",
-        "MlasSoftmax", "OrtLayerNorm", "OrtFastGelu",
+        "MlasSoftmax", "OrtLayerNorm", "OrtFastGelu", "MlasMatMul", "MlasAveragePool",
         "QLinearConv16", "QLinearMatMul16", "QLinearMatMulAdd", "MatMulW4A8", "MatMulBf16", "MatMulMX", "ConvMX", "MatMulW8", "MatMulBias",
         "ConvNchwc", "MaxPoolNchwc", "GlobalAveragePoolNchwc", "ReorderNchwc", "ReorderNchw",
         "QLinearAffine16", "QLinearAdd16", "QLinearMul16",

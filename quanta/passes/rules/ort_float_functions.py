@@ -949,6 +949,30 @@ def _ln_kernel(doc: str) -> str | None:
     return "layer_norm"
 
 
+def _skip_fused(x: Value, graph: Graph, norm: set[Node], axis: int) -> bool:
+    """Whether ORT's SkipLayerNormFusion turns the norm of ``x`` (read only by the nodes
+    ``norm``) into SkipLayerNormalization, whose kernel is Welford's (OL8)-(OL9): x is an
+    Add of two rank-3 tensors of one known shape that only the norm reads, the norm over
+    the last axis (measured on ORT 1.32: rank 2, or the sum read elsewhere too, stays
+    LayerNormalization)."""
+    p = x.producer
+    if p is None or p.domain or p.op_type != "Add" or len(p.inputs) != 2 or axis not in (-1, 2):
+        return False
+    if any(o is x for o in graph.outputs) or any(c not in norm for c in x.consumers()):
+        return False
+    shapes = [v.type.shape if v is not None and v.type is not None else None for v in p.inputs]
+    # a dimension ORT knows: a size, or a named one; onnx's "unk__" names are quanta's own
+    # inference where the file states none (PaddleOCR's computed Reshapes), which ORT's
+    # fusion does not see
+    if any(sh is None or len(sh) != 3 or any(not _known_dim(d) for d in sh) for sh in shapes):
+        return False
+    return tuple(shapes[0]) == tuple(shapes[1])
+
+
+def _known_dim(d: object) -> bool:
+    return isinstance(d, int) or (isinstance(d, str) and not d.startswith("unk__"))
+
+
 class LayerNormToOrtLayerNorm(Rule):
     """%y = LayerNormalization(%x: f32, scale, bias?) -> %y = quanta::OrtLayerNorm(%x, scale, bias?)
     (module docstring: ORT's LayerNormalization / SkipLayerNormalization kernels)"""
@@ -969,6 +993,8 @@ class LayerNormToOrtLayerNorm(Rule):
         kernel = _ln_kernel(node.doc)
         if kernel is None:
             return NoMatch("ORT's SkipSimplifiedLayerNormalization kernel is not modelled")
+        if kernel == "layer_norm" and _skip_fused(_x, m.graph, {node}, int(node.attrs.get("axis", -1))):
+            kernel = "skip"
         m.data["kernel"] = kernel
         return m
 
@@ -1026,6 +1052,8 @@ class _WrittenNormToOrtLayerNorm:
             return NoMatch("a bias after an RMS norm: ORT's fused kernel has none")
         last = (bias or scale)[0]
         kernel = self.kernel if self.kernel == "simplified" else _ln_kernel(last.doc)
+        if kernel == "layer_norm" and _skip_fused(m.data["x"], m.graph, set(m.matched), int(m.data["axis"])):
+            kernel = "skip"
         if self.kernel == "simplified" and last.doc == SKIP_SIMPLIFIED_LAYER_NORM_DOC:
             kernel = None
         if kernel is None:
