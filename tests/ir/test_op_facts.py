@@ -102,6 +102,7 @@ PINNED = {
         "DynamicQuantizeLSTM": MacKind.RECURRENT, "DynamicQuantizeGRU": MacKind.RECURRENT,
         "OrtLSTM": MacKind.RECURRENT,
         "OrtGRU": MacKind.RECURRENT,
+        "MlasMatMul": MacKind.MATMUL,
         "QLinearConv16": MacKind.CONV, "MlasQLinearConv": MacKind.CONV, "QLinearMatMul16": MacKind.MATMUL, "QLinearMatMulAdd": MacKind.MATMUL, "MatMulBf16": MacKind.MATMUL,
         "MatMulW8": MacKind.MATMUL,
         "MatMulBias": MacKind.MATMUL,
