@@ -1266,9 +1266,13 @@ class MatMulToMlasMatMul(Rule):
         bp = inputs[1].producer
         perm = bp.attrs.get("perm") if bp is not None and bp.op_type == "Transpose" else None
         rank = len(b.type.shape)
-        # MatMulTransposeFusion reads B through a Transpose that moves its last axis: the
-        # GEMM then reads B transposed, which only changes MLAS's kernel for one row
-        m.data["trans_b"] = int(perm is not None and len(perm) == rank and int(perm[-1]) != rank - 1)
+        # MatMulTransposeFusion folds a Transpose of B's last two axes (or, rank 3, (1, 2, 0):
+        # transBatchB with transB; g2pid_tiny's keys) and the GEMM then reads B transposed,
+        # which only changes MLAS's kernel for one row; t5's rank-4 (0, 2, 3, 1) stays a
+        # Transpose in ORT's optimized graph
+        p = tuple(int(i) for i in perm) if perm is not None else ()
+        swap = (*range(rank - 2), rank - 1, rank - 2)
+        m.data["trans_b"] = int(len(p) == rank and (p == swap or p == (1, 2, 0)))
         m.data["alpha"] = float(alpha)
         m.data["inputs"] = inputs
         m.data["out"] = out

@@ -144,3 +144,27 @@ def test_written_norm_of_unknown_row_length_is_fused_as_ort_fuses_it():
     assert [n.op_type for n in graph.graph.nodes] == ["OrtLayerNorm"]
     want, got = _both(m, {"x": x})
     np.testing.assert_array_equal(got[0], want[0])
+
+
+@pytest.mark.parametrize(
+    "k_shape, perm",
+    [((1, 7, 2, 64), [0, 2, 3, 1]), ((7, 2, 64), [1, 2, 0]), ((2, 7, 64), [0, 2, 1])],
+    ids=["rank-4 (t5: stays a Transpose)", "rank-3 (1, 2, 0): transBatchB + transB", "last two swapped"],
+)
+def test_one_query_row_takes_the_kernel_of_how_ort_reads_b(k_shape, perm):
+    """M = 1 (one token): MLAS's M = 1 kernel, or its N = 1 kernel over B's columns where
+    ORT folds the key's Transpose into FusedMatMul (transB); the rule follows ORT's fusion."""
+    rng = np.random.default_rng(11)
+    k = _data(rng, k_shape)
+    kt_shape = tuple(k_shape[i] for i in perm)
+    q = _data(rng, (*kt_shape[:-2], 1, kt_shape[-2]))
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=perm),
+        helper.make_node("MatMul", ["q", "kt"], ["y"]),
+    ]
+    ins = [
+        helper.make_tensor_value_info(n, TensorProto.FLOAT, list(t.shape)) for n, t in (("q", q), ("k", k))
+    ]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    want, got = _both(_model(nodes, ins, outs, opset=13), {"q": q, "k": k})
+    np.testing.assert_array_equal(got[0], want[0])
