@@ -160,6 +160,7 @@ from quanta.ir.ms_contrib import SKIP_LAYER_NORM_DOC, SKIP_SIMPLIFIED_LAYER_NORM
 from quanta.ir.types import F32, IntType, QuantType
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import describe
+from quanta.passes.rules.fuse_gelu_tanh import GELU_C, GELU_K
 from quanta.passes.rules.fuse_layer_norm import FuseLayerNorm, _f32_const, _internal
 from quanta.passes.rules.fuse_rms_norm import FuseRMSNorm
 
@@ -184,6 +185,7 @@ __all__ = [
     "SigmoidToMlasLogistic",
     "SoftmaxToMlasSoftmax",
     "TanhToMlasTanh",
+    "WrittenGeluTanhToOrtFastGelu",
     "WrittenLayerNormToOrtLayerNorm",
     "WrittenRmsNormToOrtLayerNorm",
     "ort_batchnorm_affine",
@@ -1195,6 +1197,79 @@ class FastGeluToOrtFastGelu(Rule):
         )
 
 
+def _scalar_op(v: Value | None, op: str, value: float) -> tuple[Node, Value] | None:
+    """``v = op(w, value)`` (either order) with ``value`` a float32 scalar initializer or
+    Constant node: (node, w)."""
+    node = v.producer if v is not None else None
+    if node is None or node.domain or node.op_type != op or len(node.inputs) != 2:
+        return None
+    for c, w in ((node.inputs[1], node.inputs[0]), (node.inputs[0], node.inputs[1])):
+        if w is not None and _const_scalar(c, value):
+            return node, w
+    return None
+
+
+class WrittenGeluTanhToOrtFastGelu(Rule):
+    """Mul(Mul(x, 0.5), Add(Tanh(Mul(Add(x, Mul(Pow(x, 3), C)), K)), 1)) -> quanta::OrtFastGelu(x)
+    (ORT's FastGeluFusion, its second formula, turns the written-out tanh GELU, T5's
+    ``gelu_new``, into its FastGelu kernel, eq. (FG1)): every node's output read once and
+    none a graph output (fast_gelu_fusion.cc CheckNode; the last Mul too), the constants
+    f32 3, 0.044715, √(2/π), 1 and 0.5 as initializers (or Constant nodes: this pass runs
+    before constant folding)."""
+
+    pattern = "y = Mul(p, q)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        y = m.value("y")
+        if m.root.domain or not _is_f32(y):
+            return NoMatch("not a float32 Mul")
+        if any(o is y for o in m.graph.outputs):
+            return NoMatch("the GELU's output is a graph output: ORT's FastGeluFusion leaves it")
+        found = self._match(m.value("p"), m.value("q")) or self._match(m.value("q"), m.value("p"))
+        if found is None:
+            return NoMatch(
+                "not a tanh GELU: Mul(Mul(x, 0.5), Add(Tanh(Mul(Add(x, Mul(Pow(x, 3), C)), K)), 1))"
+            )
+        x, inner = found
+        for node in inner:
+            out = node.outputs[0]
+            if len(out.consumers()) != 1 or any(o is out for o in m.graph.outputs):
+                return NoMatch(f"the intermediate '{out.name}' has other users (ORT does not fuse it)")
+        m.data["x"] = x
+        m.matched = [m.root, *inner]
+        return m
+
+    @staticmethod
+    def _match(half_x: Value, t1: Value) -> tuple[Value, list[Node]] | None:
+        half = _scalar_op(half_x, "Mul", 0.5)
+        plus1 = _scalar_op(t1, "Add", 1.0)
+        if half is None or plus1 is None:
+            return None
+        x = half[1]
+        tp = plus1[1].producer
+        if tp is None or (tp.op_type, tp.domain) not in (("Tanh", ""), ("MlasTanh", QUANTA_DOMAIN)):
+            return None
+        scaled = _scalar_op(tp.inputs[0], "Mul", float(GELU_K))
+        add = scaled[1].producer if scaled is not None else None
+        if scaled is None or add is None or add.domain or add.op_type != "Add" or len(add.inputs) != 2:
+            return None
+        c = add.inputs[1] if add.inputs[0] is x else add.inputs[0] if add.inputs[1] is x else None
+        times_c = _scalar_op(c, "Mul", float(GELU_C))
+        cube = _scalar_op(times_c[1], "Pow", 3.0) if times_c is not None else None
+        if times_c is None or cube is None or cube[1] is not x or cube[0].inputs[0] is not x:
+            return None
+        return x, [half[0], plus1[0], tp, scaled[0], add, times_c[0], cube[0]]
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        return b.op(
+            "OrtFastGelu",
+            [m.data["x"]],
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            domain=QUANTA_DOMAIN,
+            name=m.root.name or None,
+        )
+
+
 def _only_use(v: Value, graph: Graph) -> bool:
     return len(v.uses) == 1 and not any(o is v for o in graph.outputs)
 
@@ -1297,6 +1372,7 @@ class OrtFloatFunctions(RewritePass):
     name = "ort_float_functions"
     rules = (
         FastGeluToOrtFastGelu(),
+        WrittenGeluTanhToOrtFastGelu(),
         SigmoidToMlasLogistic(),
         TanhToMlasTanh(),
         BatchNormToOrtAffine(),

@@ -168,3 +168,43 @@ def test_one_query_row_takes_the_kernel_of_how_ort_reads_b(k_shape, perm):
     outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
     want, got = _both(_model(nodes, ins, outs, opset=13), {"q": q, "k": k})
     np.testing.assert_array_equal(got[0], want[0])
+
+
+@pytest.mark.parametrize("constant_nodes", [False, True], ids=["initializers", "Constant nodes"])
+@pytest.mark.parametrize("gelu_is_output", [False, True], ids=["read by a Mul", "a graph output"])
+def test_written_tanh_gelu_is_orts_fast_gelu_where_ort_fuses_it(constant_nodes, gelu_is_output):
+    """T5's gelu_new written out (Pow, Mul by C, Add, Mul by K, Tanh, Add 1, Mul 0.5, Mul)
+    then a Mul (T5's gate): ORT's FastGeluFusion runs it as FastGelu, (FG1); as a graph
+    output it stays the written ops (fast_gelu_fusion.cc CheckNode). The rule follows, also
+    with the constants in Constant nodes (the pass runs before constant folding)."""
+    rng = np.random.default_rng(13)
+    x = (rng.standard_normal((1, 26, 1024)) * 3).astype(F32)
+    g = rng.standard_normal((1, 26, 1024)).astype(F32)
+    consts = {"three": 3.0, "c": 0.044715, "k": 0.7978845608028654, "one": 1.0, "half": 0.5}
+    nodes, inits = [], []
+    for name, value in consts.items():
+        arr = np.array(value, F32)
+        if constant_nodes:
+            nodes.append(helper.make_node("Constant", [], [name], value=numpy_helper.from_array(arr)))
+        else:
+            inits.append(numpy_helper.from_array(arr, name))
+    nodes += [
+        helper.make_node("Mul", ["x", "half"], ["h"]),
+        helper.make_node("Pow", ["x", "three"], ["p"]),
+        helper.make_node("Mul", ["p", "c"], ["pc"]),
+        helper.make_node("Add", ["x", "pc"], ["s"]),
+        helper.make_node("Mul", ["s", "k"], ["a"]),
+        helper.make_node("Tanh", ["a"], ["t"]),
+        helper.make_node("Add", ["t", "one"], ["t1"]),
+        helper.make_node("Mul", ["h", "t1"], ["gelu"]),
+    ]
+    if not gelu_is_output:
+        nodes.append(helper.make_node("Mul", ["gelu", "g"], ["y"]))
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(x.shape)) for n in "xg"]
+    outs = [helper.make_tensor_value_info("gelu" if gelu_is_output else "y", TensorProto.FLOAT, None)]
+    m = _model(nodes, ins, outs, inits, opset=13)
+    graph = load(m)
+    PassManager([OrtFloatFunctions()]).run(graph)
+    assert ("OrtFastGelu" in [n.op_type for n in graph.graph.nodes]) != gelu_is_output
+    want, got = _both(m, {"x": x, "g": g})
+    np.testing.assert_array_equal(got[0], want[0])
