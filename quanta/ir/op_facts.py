@@ -410,6 +410,8 @@ FACTS = OpTable(
         Op("OrtGRU", QUANTA, compute=True, macs=MacKind.RECURRENT),
         # ONNX Runtime's float Conv in MLAS's order (the same rule file; reference/mlas_conv.py)
         Op("MlasConv", QUANTA, compute=True),
+        # ONNX Runtime's float MatMul / FusedMatMul in MLAS's order (reference/mlas_matmul.py)
+        Op("MlasMatMul", QUANTA, shape_only=True, compute=True, macs=MacKind.MATMUL),
         # ONNX Runtime's QLinearConv as its u8·s8 kernels without VNNI compute it (the same
         # rule file): written before lowering, so it reads and writes codes in the qdq stage too
         Op(
@@ -427,6 +429,8 @@ FACTS = OpTable(
         Op("OrtReduceSum", QUANTA, shape_only=True),
         # ONNX Runtime's float GlobalAveragePool in MlasPool's order (the same rule file)
         Op("MlasGlobalAveragePool", QUANTA, shape_only=True),
+        # ONNX Runtime's float AveragePool in MlasPool's order (reference/mlas_pool.py)
+        Op("MlasAveragePool", QUANTA, shape_only=True),
         # ONNX Runtime's Softmax, LayerNorm family and FastGelu kernels (the same rule file)
         Op("MlasSoftmax", QUANTA, shape_only=True),
         Op("OrtLayerNorm", QUANTA, shape_only=True),

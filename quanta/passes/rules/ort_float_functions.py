@@ -160,11 +160,13 @@ from quanta.ir.ms_contrib import SKIP_LAYER_NORM_DOC, SKIP_SIMPLIFIED_LAYER_NORM
 from quanta.ir.types import F32, IntType, QuantType
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import describe
-from quanta.passes.rules.fuse_layer_norm import FuseLayerNorm
+from quanta.passes.rules.fuse_gelu_tanh import GELU_C, GELU_K
+from quanta.passes.rules.fuse_layer_norm import FuseLayerNorm, _f32_const, _internal
 from quanta.passes.rules.fuse_rms_norm import FuseRMSNorm
 
 __all__ = [
     "QUANTA_DOMAIN",
+    "AveragePoolToMlasPool",
     "BatchNormToOrtAffine",
     "ConvToMlasConv",
     "DynamicQuantizeLstmSaturatingPairs",
@@ -176,12 +178,14 @@ __all__ = [
     "LstmToOrtLstm",
     "MatMulIntegerSaturatingPairs",
     "MatMulIntegerToFloatSaturatingPairs",
+    "MatMulToMlasMatMul",
     "OrtFloatFunctions",
     "QdqConvToMlasQLinearConv",
     "ReduceToOrtReduce",
     "SigmoidToMlasLogistic",
     "SoftmaxToMlasSoftmax",
     "TanhToMlasTanh",
+    "WrittenGeluTanhToOrtFastGelu",
     "WrittenLayerNormToOrtLayerNorm",
     "WrittenRmsNormToOrtLayerNorm",
     "ort_batchnorm_affine",
@@ -427,6 +431,57 @@ class GlobalAveragePoolToMlasPool(Rule):
             types=result_type(shape_from=m["y"], elem_from=m["y"]),
             domain=QUANTA_DOMAIN,
             name=m.root.name or None,
+        )
+
+
+class AveragePoolToMlasPool(Rule):
+    """%y = AveragePool(%x: f32) -> %y = quanta::MlasAveragePool(%x, nchwc)
+    (reference/mlas_pool.py: MlasPool's kernels; a 2-D pool of C % 8 = 0 channels ORT's
+    NCHWc transformer runs blocked, in the generic kernel's order)"""
+
+    pattern = "y = AveragePool(x)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        x, node = m["x"], m.root
+        if x.type is None or x.type.elem != F32 or x.type.shape is None or not 3 <= len(x.type.shape) <= 4:
+            return NoMatch(f"input {describe(x)} is not float32 of rank 3 or 4 (1-D and 2-D pools only)")
+        if any(int(d) != 1 for d in node.attrs.get("dilations", [])) or int(node.attrs.get("ceil_mode", 0)):
+            return NoMatch("dilations or ceil_mode (not MlasPool's modelled forms)")
+        auto = node.attrs.get("auto_pad", "NOTSET")
+        auto = auto.decode() if isinstance(auto, bytes) else auto
+        if auto not in ("NOTSET", "VALID", ""):
+            return NoMatch(f"auto_pad {auto} (explicit pads only)")
+        sx, y = _dq_storage(x), m["y"]
+        q = y.uses[0][0] if len(y.uses) == 1 and not any(o is y for o in m.graph.outputs) else None
+        if sx is not None and sx.bits == 8 and q is not None and q.op_type == "QuantizeLinear":
+            if _q_storage(q.outputs[0]) == sx:
+                return NoMatch(
+                    "ONNX Runtime may fuse this 8-bit group into QLinearAveragePool: integer arithmetic"
+                )
+        c = x.type.shape[1]
+        m.data["nchwc"] = int(len(x.type.shape) == 4 and isinstance(c, int) and c % 8 == 0)
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        node = m.root
+        d = len(m["x"].type.shape) - 2
+        auto = node.attrs.get("auto_pad", "NOTSET")
+        auto = auto.decode() if isinstance(auto, bytes) else auto
+        pads = [0] * 2 * d if auto == "VALID" else [int(p) for p in node.attrs.get("pads", [0] * 2 * d)]
+        attrs = {
+            "kernel_shape": [int(k) for k in node.attrs["kernel_shape"]],
+            "strides": [int(s) for s in node.attrs.get("strides", [1] * d)],
+            "pads": pads,
+            "count_include_pad": int(node.attrs.get("count_include_pad", 0)),
+            "nchwc": m.data["nchwc"],
+        }
+        return b.op(
+            "MlasAveragePool",
+            [m.value("x")],
+            attrs,
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            domain=QUANTA_DOMAIN,
+            name=node.name or None,
         )
 
 
@@ -896,6 +951,30 @@ def _ln_kernel(doc: str) -> str | None:
     return "layer_norm"
 
 
+def _skip_fused(x: Value, graph: Graph, norm: set[Node], axis: int) -> bool:
+    """Whether ORT's SkipLayerNormFusion turns the norm of ``x`` (read only by the nodes
+    ``norm``) into SkipLayerNormalization, whose kernel is Welford's (OL8)-(OL9): x is an
+    Add of two rank-3 tensors of one known shape that only the norm reads, the norm over
+    the last axis (measured on ORT 1.32: rank 2, or the sum read elsewhere too, stays
+    LayerNormalization)."""
+    p = x.producer
+    if p is None or p.domain or p.op_type != "Add" or len(p.inputs) != 2 or axis not in (-1, 2):
+        return False
+    if any(o is x for o in graph.outputs) or any(c not in norm for c in x.consumers()):
+        return False
+    shapes = [v.type.shape if v is not None and v.type is not None else None for v in p.inputs]
+    # a dimension ORT knows: a size, or a named one; onnx's "unk__" names are quanta's own
+    # inference where the file states none (PaddleOCR's computed Reshapes), which ORT's
+    # fusion does not see
+    if any(sh is None or len(sh) != 3 or any(not _known_dim(d) for d in sh) for sh in shapes):
+        return False
+    return tuple(shapes[0]) == tuple(shapes[1])
+
+
+def _known_dim(d: object) -> bool:
+    return isinstance(d, int) or (isinstance(d, str) and not d.startswith("unk__"))
+
+
 class LayerNormToOrtLayerNorm(Rule):
     """%y = LayerNormalization(%x: f32, scale, bias?) -> %y = quanta::OrtLayerNorm(%x, scale, bias?)
     (module docstring: ORT's LayerNormalization / SkipLayerNormalization kernels)"""
@@ -916,6 +995,8 @@ class LayerNormToOrtLayerNorm(Rule):
         kernel = _ln_kernel(node.doc)
         if kernel is None:
             return NoMatch("ORT's SkipSimplifiedLayerNormalization kernel is not modelled")
+        if kernel == "layer_norm" and _skip_fused(_x, m.graph, {node}, int(node.attrs.get("axis", -1))):
+            kernel = "skip"
         m.data["kernel"] = kernel
         return m
 
@@ -935,6 +1016,30 @@ class LayerNormToOrtLayerNorm(Rule):
         )
 
 
+def _row_affine(
+    y: Value, graph: Graph, op: str, x: Value, axis: int
+) -> tuple[Node, np.ndarray, Value] | None:
+    """fuse_layer_norm's affine step (the Mul / Add by a constant that is ``y``'s only
+    reader) for a norm over x's last axis whose length shape inference does not know: a
+    constant of one row, as LayerNormFusion takes it."""
+    shape = x.shape
+    if (
+        shape is None
+        or axis % len(shape) != len(shape) - 1
+        or isinstance(shape[-1], int)
+        or not _internal(y, graph)
+    ):
+        return None
+    node = y.consumers()[0]
+    if node.domain or node.op_type != op or len(node.inputs) != 2:
+        return None
+    c = node.inputs[1] if node.inputs[0] is y else node.inputs[0]
+    arr = _f32_const(c)
+    if arr is None or c is y or arr.ndim < 1 or arr.size != arr.shape[-1] or arr.size < 2:
+        return None
+    return node, arr, c
+
+
 class _WrittenNormToOrtLayerNorm:
     """The rewrite of a written-out norm ORT's graph optimizer fuses (LayerNormFusion,
     SimplifiedLayerNormFusion): both need the affine scale (and LayerNorm its bias)."""
@@ -949,6 +1054,8 @@ class _WrittenNormToOrtLayerNorm:
             return NoMatch("a bias after an RMS norm: ORT's fused kernel has none")
         last = (bias or scale)[0]
         kernel = self.kernel if self.kernel == "simplified" else _ln_kernel(last.doc)
+        if kernel == "layer_norm" and _skip_fused(m.data["x"], m.graph, set(m.matched), int(m.data["axis"])):
+            kernel = "skip"
         if self.kernel == "simplified" and last.doc == SKIP_SIMPLIFIED_LAYER_NORM_DOC:
             kernel = None
         if kernel is None:
@@ -985,7 +1092,18 @@ class WrittenLayerNormToOrtLayerNorm(_WrittenNormToOrtLayerNorm, FuseLayerNorm):
 
     def check(self, m: Match) -> Match | NoMatch:
         found = FuseLayerNorm.check(self, m)
-        return found if isinstance(found, NoMatch) else self._accept(found)
+        if isinstance(found, NoMatch):
+            return found
+        if found.data.get("scale") is None:
+            # x's row length unknown to shape inference (PaddleOCR's Reshape of a computed
+            # shape): ORT still fuses a one-row scale and bias over the last axis
+            x, y = found.data["x"], m.value("y")
+            scale = _row_affine(y, m.graph, "Mul", x, found.data["axis"])
+            bias = _row_affine(scale[0].outputs[0], m.graph, "Add", x, found.data["axis"]) if scale else None
+            found.data.update(scale=scale, bias=bias)
+            # the nodes the engine removes once unread: the affine tail first (FuseLayerNorm's order)
+            found.matched = [*(a[0] for a in (bias, scale) if a is not None), *found.matched]
+        return self._accept(found)
 
 
 class WrittenRmsNormToOrtLayerNorm(_WrittenNormToOrtLayerNorm, FuseRMSNorm):
@@ -1079,14 +1197,182 @@ class FastGeluToOrtFastGelu(Rule):
         )
 
 
+def _scalar_op(v: Value | None, op: str, value: float) -> tuple[Node, Value] | None:
+    """``v = op(w, value)`` (either order) with ``value`` a float32 scalar initializer or
+    Constant node: (node, w)."""
+    node = v.producer if v is not None else None
+    if node is None or node.domain or node.op_type != op or len(node.inputs) != 2:
+        return None
+    for c, w in ((node.inputs[1], node.inputs[0]), (node.inputs[0], node.inputs[1])):
+        if w is not None and _const_scalar(c, value):
+            return node, w
+    return None
+
+
+class WrittenGeluTanhToOrtFastGelu(Rule):
+    """Mul(Mul(x, 0.5), Add(Tanh(Mul(Add(x, Mul(Pow(x, 3), C)), K)), 1)) -> quanta::OrtFastGelu(x)
+    (ORT's FastGeluFusion, its second formula, turns the written-out tanh GELU, T5's
+    ``gelu_new``, into its FastGelu kernel, eq. (FG1)): every node's output read once and
+    none a graph output (fast_gelu_fusion.cc CheckNode; the last Mul too), the constants
+    f32 3, 0.044715, √(2/π), 1 and 0.5 as initializers (or Constant nodes: this pass runs
+    before constant folding)."""
+
+    pattern = "y = Mul(p, q)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        y = m.value("y")
+        if m.root.domain or not _is_f32(y):
+            return NoMatch("not a float32 Mul")
+        if any(o is y for o in m.graph.outputs):
+            return NoMatch("the GELU's output is a graph output: ORT's FastGeluFusion leaves it")
+        found = self._match(m.value("p"), m.value("q")) or self._match(m.value("q"), m.value("p"))
+        if found is None:
+            return NoMatch(
+                "not a tanh GELU: Mul(Mul(x, 0.5), Add(Tanh(Mul(Add(x, Mul(Pow(x, 3), C)), K)), 1))"
+            )
+        x, inner = found
+        for node in inner:
+            out = node.outputs[0]
+            if len(out.consumers()) != 1 or any(o is out for o in m.graph.outputs):
+                return NoMatch(f"the intermediate '{out.name}' has other users (ORT does not fuse it)")
+        m.data["x"] = x
+        m.matched = [m.root, *inner]
+        return m
+
+    @staticmethod
+    def _match(half_x: Value, t1: Value) -> tuple[Value, list[Node]] | None:
+        half = _scalar_op(half_x, "Mul", 0.5)
+        plus1 = _scalar_op(t1, "Add", 1.0)
+        if half is None or plus1 is None:
+            return None
+        x = half[1]
+        tp = plus1[1].producer
+        if tp is None or (tp.op_type, tp.domain) not in (("Tanh", ""), ("MlasTanh", QUANTA_DOMAIN)):
+            return None
+        scaled = _scalar_op(tp.inputs[0], "Mul", float(GELU_K))
+        add = scaled[1].producer if scaled is not None else None
+        if scaled is None or add is None or add.domain or add.op_type != "Add" or len(add.inputs) != 2:
+            return None
+        c = add.inputs[1] if add.inputs[0] is x else add.inputs[0] if add.inputs[1] is x else None
+        times_c = _scalar_op(c, "Mul", float(GELU_C))
+        cube = _scalar_op(times_c[1], "Pow", 3.0) if times_c is not None else None
+        if times_c is None or cube is None or cube[1] is not x or cube[0].inputs[0] is not x:
+            return None
+        return x, [half[0], plus1[0], tp, scaled[0], add, times_c[0], cube[0]]
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        return b.op(
+            "OrtFastGelu",
+            [m.data["x"]],
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            domain=QUANTA_DOMAIN,
+            name=m.root.name or None,
+        )
+
+
 def _only_use(v: Value, graph: Graph) -> bool:
     return len(v.uses) == 1 and not any(o is v for o in graph.outputs)
+
+
+def _scale_of(node: Node | None) -> tuple[np.float32, Value] | None:
+    """(scale, the scaled value) of a Mul or Div by a scalar constant, as ORT's
+    MatMulScaleFusion reads it (GetScaleFromNode: Div's divisor becomes f32(1 / divisor);
+    Mul's first scalar operand, then its second); else None."""
+    if node is None or node.domain or node.op_type not in ("Mul", "Div") or len(node.inputs) != 2:
+        return None
+    if node.op_type == "Div":
+        c = _constant(node.inputs[1])
+        if c is None or c.size != 1 or node.inputs[0] is None:
+            return None
+        return np.float32(1) / np.float32(c.reshape(-1)[0]), node.inputs[0]
+    for i in (0, 1):
+        c = _constant(node.inputs[i])
+        other = node.inputs[1 - i]
+        if c is not None and c.size == 1 and other is not None:
+            return np.float32(c.reshape(-1)[0]), other
+    return None
+
+
+def _is_f32(v: Value | None) -> bool:
+    return v is not None and v.type is not None and v.type.elem == F32
+
+
+class MatMulToMlasMatMul(Rule):
+    """%y = MatMul(%a: f32, %b: f32)  (B not a constant), with ORT's scale fusion:
+    a scalar Mul / Div of an input or of the only use of y folds into alpha
+    -> %y = quanta::MlasMatMul(%a', %b', alpha, threads=T, trans_b)
+    (module docstring: ORT's float MatMul / FusedMatMul in MLAS's order)"""
+
+    pattern = "y = MatMul(a, b)"
+
+    def __init__(self, threads: int = 1) -> None:
+        super().__init__()
+        self.threads = max(1, int(threads))
+
+    def check(self, m: Match) -> Match | NoMatch:
+        a, b, y = m["a"], m["b"], m["y"]
+        if m.root.domain:
+            return NoMatch(f"MatMul is in domain {m.root.domain!r}")
+        if not (_is_f32(a) and _is_f32(b)):
+            return NoMatch("an input is not known to be float32 (MLAS's SGEMM is float32)")
+        if b.is_const or _constant(b) is not None:
+            # ORT packs a constant B at load and may fuse MatMul + Add into Gemm (bias first)
+            return NoMatch("B is a constant (ORT's packed weight / Gemm fusions are not modelled here)")
+        for v in (a, b):
+            if v.type.shape is None or len(v.type.shape) < 2:
+                return NoMatch(f"{describe(v)} has no known rank >= 2 (MatMul of vectors not modelled)")
+        if any(p is not None and p.op_type in ("DequantizeLinear",) for p in (a.producer, b.producer)):
+            return NoMatch("a QDQ MatMul group (ORT may run it as an integer kernel)")
+        alpha = np.float32(1)
+        inputs = [a, b]
+        for i, v in enumerate((a, b)):
+            sc = _scale_of(v.producer)
+            if sc is not None:
+                alpha = np.float32(alpha * sc[0])
+                inputs[i] = sc[1]
+        out = y
+        if _only_use(y, m.graph):
+            sc = _scale_of(y.uses[0][0])
+            if sc is not None and sc[1] is y:
+                alpha = np.float32(alpha * sc[0])
+                out = y.uses[0][0].outputs[0]
+        if not all(_is_f32(v) for v in inputs):
+            return NoMatch("a scaled input is not known to be float32")
+        bp = inputs[1].producer
+        perm = bp.attrs.get("perm") if bp is not None and bp.op_type == "Transpose" else None
+        rank = len(b.type.shape)
+        # MatMulTransposeFusion folds a Transpose of B's last two axes (or, rank 3, (1, 2, 0):
+        # transBatchB with transB; g2pid_tiny's keys) and the GEMM then reads B transposed,
+        # which only changes MLAS's kernel for one row; t5's rank-4 (0, 2, 3, 1) stays a
+        # Transpose in ORT's optimized graph
+        p = tuple(int(i) for i in perm) if perm is not None else ()
+        swap = (*range(rank - 2), rank - 1, rank - 2)
+        m.data["trans_b"] = int(len(p) == rank and (p == swap or p == (1, 2, 0)))
+        m.data["alpha"] = float(alpha)
+        m.data["inputs"] = inputs
+        m.data["out"] = out
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        out = m.data["out"]
+        node = b.op(
+            "MlasMatMul",
+            m.data["inputs"],
+            {"alpha": m.data["alpha"], "threads": self.threads, "trans_b": m.data["trans_b"]},
+            types=result_type(shape_from=out, elem_from=out),
+            domain=QUANTA_DOMAIN,
+            name=m.root.name or None,
+        )
+        if out is not m["y"]:
+            b.replace(out, node)  # the trailing Mul / Div is then dead
+        return node
 
 
 class OrtFloatFunctions(RewritePass):
     name = "ort_float_functions"
     rules = (
         FastGeluToOrtFastGelu(),
+        WrittenGeluTanhToOrtFastGelu(),
         SigmoidToMlasLogistic(),
         TanhToMlasTanh(),
         BatchNormToOrtAffine(),
@@ -1112,6 +1398,8 @@ class OrtFloatFunctions(RewritePass):
             # and "auto" keeps every step of a timed run on native kernels
             rules.append(GlobalAveragePoolToMlasPool())
             rules.append(ConvToMlasConv(threads))
+            rules.append(MatMulToMlasMatMul(threads))
+            rules.append(AveragePoolToMlasPool())
         if u8s8_saturates:
             rules.insert(0, QdqConvToMlasQLinearConv())
             rules += [
