@@ -590,7 +590,8 @@ def output_step(path: Path) -> float | str | None:
 
     m = onnx.load(str(path), load_external_data=False)
     prod = {o: n for n in m.graph.node for o in n.output}
-    consts = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+    # a tensor kept in an external file is read from beside the model, not from the cwd
+    consts = {i.name: numpy_helper.to_array(i, str(Path(path).parent)) for i in m.graph.initializer}
     v = m.graph.output[0].name
     while v in prod and prod[v].op_type in VIEW_OPS:
         v = prod[v].input[0]

@@ -90,9 +90,11 @@ shipped it) feeds a squeeze-excite ReduceMean over H·W into DynamicQuantizeLine
 two orders differ in 60 of 64 channels, and the codes differ from there on. Refused:
 other axes (ORT reduces them as KRK / RK, by MLAS's SGEMM or column loops: not modelled),
 axes that are not constants, an input that is not float32, and the reductions of a norm
-written out (a ReduceMean whose output is subtracted from its own input, or whose input
-is Pow(a, 2) or Mul(a, a)): those stay for FuseLayerNorm / FuseRMSNorm, whose row
-kernels sum with (R1)-(R3), and ORT fuses such norms into its own kernels too.
+written out (a ReduceMean whose output is subtracted from its own input, the difference
+read in float, or whose input is Pow(a, 2) or Mul(a, a)): those stay for FuseLayerNorm /
+FuseRMSNorm, whose row kernels sum with (R1)-(R3), and ORT fuses such norms into its own
+kernels too. A mean whose difference only a QuantizeLinear reads (a norm ORT's quantizer
+split into groups) is no norm's: ORT runs it as a plain ReduceMean, and so does this.
 
 BatchNormalization: ONNX Runtime's CPU kernel (batch_norm.h, inference) folds the
 statistics into one scale and shift per channel in float32 and computes
@@ -499,10 +501,17 @@ def _is_square(v: Value) -> bool:
 
 
 def _is_centred(node: Node) -> bool:
-    """The output of ReduceMean ``node`` is subtracted from its own input (a LayerNorm's mean)."""
+    """The output of ReduceMean ``node`` is subtracted from its own input (a LayerNorm's mean)
+    and the difference goes on in float. When every reader of the difference is a
+    QuantizeLinear, ORT's quantizer has split the norm into quantized groups (Conv-TasNet's
+    global LayerNorms): no norm fusion takes it, and the mean is a plain reduction."""
     x = node.inputs[0]
     return any(
-        c.op_type == "Sub" and not c.domain and c.inputs[0] is x and c.inputs[1] is node.outputs[0]
+        c.op_type == "Sub"
+        and not c.domain
+        and c.inputs[0] is x
+        and c.inputs[1] is node.outputs[0]
+        and any(u.op_type != "QuantizeLinear" for u in c.outputs[0].consumers())
         for c in node.outputs[0].consumers()
     )
 

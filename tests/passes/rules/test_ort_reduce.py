@@ -218,3 +218,54 @@ def test_norms_written_out_are_left_to_the_norm_fusions():
         plain = InferenceSession(layer_norm_proto(), SessionOptions(float_functions="onnx"), backend=backend)
         assert [n.op_type for n in plain.model.graph.nodes] == ops
         np.testing.assert_array_equal(sess.run(None, {"x": x})[0], plain.run(None, {"x": x})[0])
+
+
+def split_norm_mean_proto():
+    """A global LayerNorm's centring as ORT's quantizer leaves it (Conv-TasNet's gLN):
+    mean over the trailing axes, x − mean, and the difference read only by a
+    QuantizeLinear; the mean is an output too, to compare its bits."""
+    nodes = [
+        helper.make_node("Neg", ["x"], ["nx"], name="neg"),
+        helper.make_node("ReduceMean", ["nx"], ["mu"], axes=[1, 2], name="mean"),
+        helper.make_node("Sub", ["nx", "mu"], ["d"], name="sub"),
+        helper.make_node("QuantizeLinear", ["d", "s", "z"], ["dq8"], name="q"),
+        helper.make_node("DequantizeLinear", ["dq8", "s", "z"], ["y"], name="dq"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 37, 301])],
+        [
+            helper.make_tensor_value_info("mu", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+        ],
+        [
+            helper.make_tensor("s", TensorProto.FLOAT, [], [0.0173]),
+            helper.make_tensor("z", TensorProto.UINT8, [], [117]),
+        ],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)])
+    m.producer_name = "onnx.quantize"
+    return m
+
+
+@pytest.mark.parametrize("backend", ["native", "reference"])
+def test_mean_of_a_norm_split_by_quantization_is_orts_reduction(backend):
+    """The difference x − mean read only by a QuantizeLinear: no norm fusion takes it, so the
+    mean takes ORT's order (it kept quanta's 16 lanes, 1 LSB off ORT's codes in Conv-TasNet)."""
+    proto = split_norm_mean_proto()
+    x = np.random.default_rng(5).uniform(0.0, 1.5, (1, 37, 301)).astype(np.float32)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.intra_op_num_threads = 1
+    want = ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )
+    sess = InferenceSession(proto, backend=backend)
+    assert "OrtReduceMean" in {n.op_type for n in sess.model.graph.nodes}
+    got = sess.run(None, {"x": x})
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    # the order matters here: the plain reduction gives other bits of the mean
+    plain = InferenceSession(proto, SessionOptions(float_functions="onnx"), backend=backend)
+    assert not np.array_equal(plain.run(None, {"x": x})[0], want[0])
