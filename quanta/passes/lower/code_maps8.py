@@ -64,7 +64,7 @@ def _codes(v: Value | None) -> np.dtype | None:
     if t is None or t.elem is None:
         return None
     try:
-        dt = np.dtype(t.elem.numpy)  # type: ignore[union-attr]
+        dt = np.dtype(t.elem.numpy)
     except TypeError:
         return None
     return dt if dt in _EIGHT_BIT else None
@@ -212,7 +212,7 @@ class ComposeCodeMaps8(Rule):
             [x, sx, zx, sy, zy, b.const(f"{m.root.name or 'lookup'}_table", table)],
             {"function": ", ".join(str(o) for o in ops)},
             domain=QUANTA_DOMAIN,
-            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            types=result_type(shape_from=m.value("y"), elem_from=m.value("y")),
             name=m.root.name or None,
         )
 
