@@ -64,8 +64,8 @@ def _codes(v: Value | None) -> np.dtype | None:
     if t is None or t.elem is None:
         return None
     try:
-        dt = np.dtype(t.elem.numpy)
-    except TypeError:
+        dt = np.dtype(t.elem.numpy)  # an element type without a NumPy storage: not 8-bit codes
+    except (AttributeError, TypeError):
         return None
     return dt if dt in _EIGHT_BIT else None
 
