@@ -288,6 +288,7 @@ def lower_qdq(
     FuseActivation is left out: instruction selection matches the plain ops."""
     from quanta.passes.lower.accumulator_to_quant import FuseAccumulatorToQuant
     from quanta.passes.lower.channels_last import ChannelsLast
+    from quanta.passes.lower.code_maps8 import ComposeCodeMaps8Pass
     from quanta.passes.lower.fold_float_weights import FoldFloatWeights, FoldRequantizedConstants
     from quanta.passes.lower.lookup import ComposeCodeMaps16Pass, ComposeLookupsPass
     from quanta.passes.lower.mul_quant import FuseMulQuantPass
@@ -350,6 +351,8 @@ def lower_qdq(
         # the float weights a float op needs as constants
         FoldConstants(evaluator),
         *([FoldRequantizedConstants(evaluator), FoldConstants(evaluator)] if evaluator is not None else []),
+        # a group of ops on one tensor's 8-bit codes (PP-OCR's w0 · x + w1 of learnt scalars): one table
+        *([ComposeCodeMaps8Pass(evaluator)] if evaluator is not None else []),
         ComposeLookupsPass(),  # tables in a row (a BatchNorm as Sub / Mul / Add, each between Q / DQ): one
         # a group of ops on one tensor's 16-bit codes (HardSwish's x + 3, x · (x + 3), / 6): one table
         *([ComposeCodeMaps16Pass(evaluator)] if evaluator is not None else []),
