@@ -91,7 +91,7 @@ def prepare_for_quantization(
     Constant folding here may produce large results (weights computed by a
     ConstantOfShape or a subgraph must become initializers to be quantized; the int8
     model stores them in a quarter of the bytes anyway), up to 2^24 elements."""
-    from quanta.passes.rules.fold_conv_affine import FoldConvAffine
+    from quanta.passes.rules.fold_conv_affine import FoldConvAffine, ScaleThroughRelu
     from quanta.passes.rules.hoist_gathered_gemm import HoistGatheredGemm
     from quanta.passes.rules.refine_shapes import RefineShapes
     from quanta.passes.rules.sink_transposes import SinkTransposes
@@ -121,6 +121,9 @@ def prepare_for_quantization(
         FoldPad(),  # "same"-padding Pads (pads folded to constants above) into their Convs
         FoldBatchNorm(),
         FoldConvAffine(),  # tf2onnx's BatchNorm after a depthwise Conv: Mul + Add, into its weights
+        # a Keras BatchNorm after the Relu (Mul + Add): the positive scale through the Relu
+        # into the weights, per channel; the shift stays an Add
+        ScaleThroughRelu(),
         FoldZeroProduct(),  # an unrolled RNN's zero initial state times W_hh: only the bias is left
         ConvTransposeAsConvs(),  # strided: a Conv over the output phases + DepthToSpace; stride 1: a Conv
         ConvDepthOneAs2d(opset),  # a 3-D Conv of depth 1 over a depth of 1: a 2-D Conv (integer kernel)

@@ -48,6 +48,7 @@ __all__ = [
     "CAP_DB",
     "FEEDS",
     "MIN_FEEDS",
+    "WIDE_TRY_SQNR_DB",
     "RangeChoice",
     "SplitObserver",
     "choose",
@@ -80,15 +81,26 @@ FAR_SQNR_DB = 10.0
 WIDE_MARGIN_DB = 3.0
 
 
+#: eq. (27): an 8-bit file whose best eq. (24) candidate is under this output SQNR (dB) is
+#: measured against a 16-bit-activation one. Above FAR_SQNR_DB: a model whose 8-bit grid
+#: fails sits near any fixed bar, so a better 8-bit choice elsewhere can lift it just over
+#: the bar and cost it the 16-bit file (the Keras anomaly U-Net fed raw 0-255 pixels: 8-bit
+#: under 10 dB, A16W8 29 dB; with its BatchNorm scales folded through the Relus, 12.1 dB at 8
+#: bits, over a 10 dB bar). The zoo models measured score 15.9 (ppocr_det's probability
+#: map) to 50 dB; the 16-bit file must still win by WIDE_MARGIN_DB, so a measurement that
+#: does not pay leaves the 8-bit file as it is
+WIDE_TRY_SQNR_DB = 15.0
+
+
 def wide_candidate(recipe: Any, choice: RangeChoice | None) -> bool:
     """Eq. (27): whether the 8-bit file just written is worth a 16-bit-activation try: its
-    best eq. (24) candidate was measured and is under FAR_SQNR_DB. Only for 8-bit
+    best eq. (24) candidate was measured and is under WIDE_TRY_SQNR_DB. Only for 8-bit
     activations and weights and no device profile (a device fixes its types)."""
     if choice is None or not choice.scores or getattr(recipe, "target", None) is not None:
         return False
     if recipe.activation_storage.bits != 8 or recipe.weight_storage.bits != 8:
         return False
-    return max(choice.scores.values()) < FAR_SQNR_DB
+    return max(choice.scores.values()) < WIDE_TRY_SQNR_DB
 
 
 def wide_decision(narrow: RangeChoice, eight: float | None, sixteen: float | None) -> tuple[bool, str]:
@@ -97,7 +109,7 @@ def wide_decision(narrow: RangeChoice, eight: float | None, sixteen: float | Non
     feeds (None: not measured)."""
     head = (
         f"eq. (27): the 8-bit file's output SQNR on {narrow.feeds} held-out calibration feed(s) is "
-        f"{max(narrow.scores.values()):.1f} dB (< {FAR_SQNR_DB:.0f} dB)"
+        f"{max(narrow.scores.values()):.1f} dB (< {WIDE_TRY_SQNR_DB:.0f} dB)"
     )
     if eight is None or sixteen is None:
         return False, head + "; the 16-bit-activation file could not be measured, so the 8-bit file is kept"

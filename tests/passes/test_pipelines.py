@@ -257,6 +257,7 @@ def test_prepare_for_quantization_folds_float_weights_only():
         "fold_pad",
         "fold_batchnorm",
         "fold_conv_affine",
+        "scale_through_relu",
         "fold_zero_product",
         "conv_transpose_as_conv",
         "conv_depth_one",

@@ -12,6 +12,23 @@ Rules (``optimize_float`` only: float graphs)::
 ``s`` and ``t`` are float32 constants that are one value or one value per output channel
 (shape ``[M, 1, 1]``, ``[1, M, 1, 1]``: every axis 1 but the Conv output's channel axis).
 
+A positive scale also folds through a Relu or LeakyRelu between them
+(``ScaleThroughRelu``, ``prepare_for_quantization`` only)::
+
+    %y = Mul(%r = Relu(%c = Conv(%x, %W, %B?)), %s)   (either order, s > 0)
+         -> %y = Relu(Conv(%x, %W', %B'))      W'[m] = W[m] · s[m]      B' = B · s
+
+since s·max(z, 0) = max(s·z, 0) and s·LeakyRelu(z) = LeakyRelu(s·z) for s > 0 (positive
+homogeneity). Why: Keras models put BatchNormalization after the activation, and tf2onnx
+writes it as ``Add(Mul(Relu(Conv(x)), s), t)``. Left so, the quantized graph rounds the
+Relu output, the product and the sum (three steps where a folded BatchNormalization has
+one), and the Mul's per-channel factors are stored per tensor at the widest channel's
+step (a U-Net's factors span 0.2 to 31: the smallest keeps one or two steps). Folded, the
+factors sit in the per-channel weight scales and the product is never rounded; the
+shift ``t`` stays an Add (after a Relu it does not commute into the Conv). A scale that
+is zero or negative in some channel stays as written (zero: a channel of zero weights;
+negative: max(s·z, 0) is then not s·max(z, 0)).
+
 Why: Paddle's PP-OCRv4 models follow many convolutions with a learnable affine
 (``mobile_one_block``: ``Add(Mul(w_0, conv), w_1)``, two scalars) before the hardswish;
 each is a full pass over the output, and it hides the Conv from the gate fusion
@@ -33,7 +50,7 @@ from quanta.ir.graph import Value, result_type
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import describe
 
-__all__ = ["AddIntoConv", "FoldConvAffine", "MulIntoConv", "SubIntoConv"]
+__all__ = ["AddIntoConv", "FoldConvAffine", "MulIntoConv", "ScaleThroughRelu", "SubIntoConv"]
 
 
 def _per_channel(v: Value | None, w: np.ndarray) -> np.ndarray | NoMatch:
@@ -131,3 +148,43 @@ class SubIntoConv(_AffineIntoConv):
 class FoldConvAffine(RewritePass):
     name = "fold_conv_affine"
     rules = (MulIntoConv(), MulIntoConvSwapped(), AddIntoConv(), AddIntoConvSwapped(), SubIntoConv())
+
+
+class MulThroughRelu(MulIntoConv):
+    """%y = Mul(%r = Relu|LeakyRelu(%c = Conv(%x, %W, %B?)), %k), k > 0
+    -> %y = Relu|LeakyRelu(Conv(%x, %W·k, %B·k))"""
+
+    pattern = "y = Mul(r = Relu|LeakyRelu(c = Conv(x, W, B?)), k)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        got = super().check(m)
+        if isinstance(got, NoMatch):
+            return got
+        f = m.data["f"]
+        if not np.all(np.isfinite(f)) or not np.all(f > 0):
+            return NoMatch(
+                f"{describe(m['k'])} is not positive in every channel (min {float(np.min(f)):.3g})"
+            )
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        act = m.node("r")
+        y = m.value("y")
+        conv = super().rewrite(m, b)
+        return b.op(
+            act.op_type,
+            [conv],
+            act.attrs,
+            types=result_type(shape_from=y, elem_from=y),
+            name=act.name or None,
+            attr_types=act.attr_types,
+        )
+
+
+class MulThroughReluSwapped(MulThroughRelu):
+    pattern = "y = Mul(k, r = Relu|LeakyRelu(c = Conv(x, W, B?)))"
+
+
+class ScaleThroughRelu(RewritePass):
+    name = "scale_through_relu"
+    rules = (MulThroughRelu(), MulThroughReluSwapped())

@@ -5,6 +5,7 @@ is not one value per output channel, or a Conv output with another reader, stays
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import quanta
@@ -79,3 +80,60 @@ def test_batchnorm_written_as_sub_mul_add_folds() -> None:
     # the Conv on the right of the Sub is a negated product: not this rule's, it stays
     nodes = [helper.make_node("Sub", ["mean", "c"], ["y"])]
     assert ops_and_check(model_with(nodes, consts)) == ["Conv", "Sub"]
+
+
+def scale_through(model) -> list[str]:
+    """ScaleThroughRelu run alone (with the verifier); the op types after it, and the
+    rewritten graph within float32 noise of the graph as written."""
+    from quanta.ir.onnx_io import load, to_proto
+    from quanta.passes.manager import PassManager
+    from quanta.passes.rules.fold_conv_affine import ScaleThroughRelu
+
+    x = np.random.default_rng(2).standard_normal((1, 3, 9, 7)).astype(F32)
+    want = quanta.InferenceSession(model, backend="reference").run(None, {"x": x})[0]
+    m = load(model)
+    PassManager([ScaleThroughRelu()], verify=True).run(m)
+    got = quanta.InferenceSession(to_proto(m), backend="reference").run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6 * float(np.abs(want).max()))
+    return [n.op_type for n in m.graph.nodes]
+
+
+@pytest.mark.parametrize("channels", [3, 7, 17])
+@pytest.mark.parametrize("act", ["Relu", "LeakyRelu"])
+def test_positive_scale_after_a_relu_folds_through_it(channels, act) -> None:
+    # a Keras BatchNormalization after the activation, as tf2onnx writes it: the factors
+    # (two decades apart) go into the weights, the shift stays after the activation
+    rng = np.random.default_rng(channels)
+    consts = {
+        "s": 10.0 ** rng.uniform(-0.7, 1.5, (1, channels, 1, 1)),
+        "t": rng.uniform(-1, 1, (channels, 1, 1)),
+    }
+    kw = {"alpha": 0.1} if act == "LeakyRelu" else {}
+    for order in (["r", "s"], ["s", "r"]):
+        nodes = [
+            helper.make_node(act, ["c"], ["r"], **kw),
+            helper.make_node("Mul", order, ["m"]),
+            helper.make_node("Add", ["m", "t"], ["y"]),
+        ]
+        assert scale_through(model_with(nodes, consts, channels)) == ["Conv", act, "Add"], order
+
+
+def test_scale_through_a_relu_stays_where_it_is_not_positive_or_the_relu_is_shared() -> None:
+    s = np.linspace(0.5, 2.0, 7).reshape(7, 1, 1)
+    relu_mul = [helper.make_node("Relu", ["c"], ["r"]), helper.make_node("Mul", ["r", "s"], ["y"])]
+    assert scale_through(model_with(relu_mul, {"s": s})) == ["Conv", "Relu"]
+    # one negative (or zero) channel: s·max(z, 0) is not max(s·z, 0) there
+    for bad in (-0.5, 0.0):
+        s2 = s.copy()
+        s2[3] = bad
+        assert scale_through(model_with(relu_mul, {"s": s2})) == ["Conv", "Relu", "Mul"], bad
+    # the Relu's output read again (a skip connection): it must keep its unscaled values
+    shared = [
+        *relu_mul[:1],
+        helper.make_node("Mul", ["r", "s"], ["m"]),
+        helper.make_node("Add", ["m", "r"], ["y"]),
+    ]
+    assert scale_through(model_with(shared, {"s": s})) == ["Conv", "Relu", "Mul", "Add"]
+    # a Clip's bounds would have to scale per channel: not this rule's
+    clip = [helper.make_node("Clip", ["c", "lo", "hi"], ["r"]), helper.make_node("Mul", ["r", "s"], ["y"])]
+    assert scale_through(model_with(clip, {"s": s, "lo": 0.0, "hi": 6.0})) == ["Conv", "Clip", "Mul"]
