@@ -82,14 +82,15 @@ WIDE_MARGIN_DB = 3.0
 
 
 #: eq. (27): an 8-bit file whose best eq. (24) candidate is under this output SQNR (dB) is
-#: measured against a 16-bit-activation one. Above FAR_SQNR_DB: a model whose 8-bit grid
-#: fails sits near any fixed bar, so a better 8-bit choice elsewhere can lift it just over
-#: the bar and cost it the 16-bit file (the Keras anomaly U-Net fed raw 0-255 pixels: 8-bit
-#: under 10 dB, A16W8 29 dB; with its BatchNorm scales folded through the Relus, 12.1 dB at 8
-#: bits, over a 10 dB bar). The zoo models measured score 15.9 (ppocr_det's probability
-#: map) to 50 dB; the 16-bit file must still win by WIDE_MARGIN_DB, so a measurement that
-#: does not pay leaves the 8-bit file as it is
-WIDE_TRY_SQNR_DB = 15.0
+#: measured against a 16-bit-activation one: the summary's "far from FP32" bar. A higher
+#: bar (15 dB) was measured: it keeps the Keras anomaly U-Net's A16W8 file once its
+#: BatchNorm scales fold through the Relus (12.1 dB at 8 bits on the calibration feeds,
+#: 11.5 dB on held-out images, ORT MinMax 9.1 dB, A16W8 29 dB), but it also turns the zoo's
+#: SFace 16-bit (13.0 dB at 8 bits; 17.4 -> 22.6 dB on its evaluation set at 3.3x the CPU
+#: time, where its 8-bit file runs at 0.44x ONNX Runtime's): a fidelity the user did not
+#: ask for, paid in speed. An accuracy target (quanta.accuracy) reaches for 16 bits where
+#: the user asks for it. benchmarks/results/2026-12-07-fid17.md
+WIDE_TRY_SQNR_DB = FAR_SQNR_DB
 
 
 def wide_candidate(recipe: Any, choice: RangeChoice | None) -> bool:

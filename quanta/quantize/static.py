@@ -914,7 +914,7 @@ def _wider_if_better(
     run_options: dict[str, Any],
 ) -> QuantizationSummary:
     """Eq. (27): the 8-bit file written to ``model_output`` loses the outputs (eq. (24)'s
-    best candidate under WIDE_TRY_SQNR_DB); quantize again with 16-bit activations, run both
+    best candidate under WIDE_TRY_SQNR_DB, the "far from FP32" bar); quantize again with 16-bit activations, run both
     files and the float model on the held-out calibration feeds, and keep the 16-bit file
     when it gains WIDE_MARGIN_DB. Returns the summary of the file kept, with a note saying
     what was measured."""
