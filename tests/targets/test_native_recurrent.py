@@ -945,6 +945,81 @@ def test_float_rnn_batch_one_row_strips_give_the_twin_bytes(op, H, n_in, T, B, d
     _check_float_kind(op, H, n_in, T, B, direction, lens, variant)
 
 
+@pytest.mark.parametrize(
+    ("op", "H", "n_in", "T", "B", "direction", "lens"),
+    [
+        ("LSTM", 7, 3, 3, 1, "forward", None),  # L = 3 < 4: on the bound strips all the same
+        ("LSTM", 25, 259, 6, 1, "bidirectional", None),
+        ("LSTM", 17, 259, 5, 3, "reverse", [5, 2, 4]),  # odd batch: the panels, repacked
+        ("LSTM", 65, 3, 6, 1, "reverse", [4]),
+        ("GRU", 17, 3, 5, 1, "forward", None),
+        ("GRU", 65, 259, 4, 3, "bidirectional", [4, 0, 3]),
+        ("GRU", 25, 3, 3, 1, "reverse", None),
+        ("OrtLSTM", 25, 259, 5, 1, "forward", None),
+        ("OrtLSTM", 7, 3, 4, 3, "bidirectional", [4, 1, 3]),
+        ("OrtGRU", 17, 259, 6, 1, "bidirectional", [5]),
+        ("OrtGRU", 65, 3, 3, 3, "forward", None),
+    ],
+)
+@pytest.mark.parametrize("variant", [False, True])
+def test_float_rnn_weights_packed_at_bind_time_serve_every_isa_batch_and_call(
+    op, H, n_in, T, B, direction, lens, variant
+):
+    """The binder packs W and R (and a GRU's R_h) once, in the blocks the bind-time ISA's
+    kernels read (``_native.float_rnn_layout()``: on AVX2 W in strips of 16 columns and R
+    in row strips of 32, panels of 128 elsewhere), and keeps no second copy; a call whose
+    path needs the other layout (a batch > 1, another ISA set after binding) repacks for
+    itself. Kernels
+    bound on every ISA, run on every ISA at 1 and 2 threads, twice with different inputs
+    (the packed R is reused, not stale): the twin's bytes."""
+    from quanta.kernels.reference.ort_float import ort_gru_op, ort_lstm_op
+    from quanta.kernels.reference.rnn import gru_op, lstm_op
+
+    base = "LSTM" if op.endswith("LSTM") else "GRU"
+    twin = {"LSTM": lstm_op, "GRU": gru_op, "OrtLSTM": ort_lstm_op, "OrtGRU": ort_gru_op}[op]
+    D = 2 if direction == "bidirectional" else 1
+    n_out = 3 if base == "LSTM" else 2
+    attrs = {"hidden_size": H, "direction": direction, "layout": 0}
+    if variant:
+        attrs["input_forget" if base == "LSTM" else "linear_before_reset"] = 1
+    rng = np.random.default_rng(H * T + B)
+    kw = dict(T=T, B=B, n_in=n_in, H=H, D=D, bias=True, lens=lens, h0=True, c0=True)
+    first = _float_inputs(rng, base, **kw, peephole=op == "LSTM")
+    second = list(first)
+    second[0] = (rng.standard_normal(first[0].shape) * 1.2).astype(F32)
+    second[5] = rng.standard_normal(first[5].shape).astype(F32)
+    model, node = _rnn_model(op, first, attrs, domain="quanta" if op.startswith("Ort") else "")
+    try:
+        kernels = {}
+        for isa in ISAS:
+            _native.set_isa(isa)
+            kernel, reason = native_kernel_for(model, node)
+            assert kernel is not None and kernel.impl == "native", reason
+            wc, rc = _native.float_rnn_layout()
+            assert (wc, rc) == ((16, 32) if isa == "avx2" else (128, 128))
+            for r in kernel.params["r_t"] + kernel.params["r_h"]:
+                assert r.shape[1:] == (H, rc)
+            assert all(w.shape[1:] == (n_in, wc) for w in kernel.params["w_t"])
+            kernels[isa] = kernel
+        for bound, kernel in kernels.items():
+            for isa in ISAS:
+                _native.set_isa(isa)
+                for threads in THREADS:
+                    ctx = KernelContext(
+                        opset=21, op_type=op, node_name="rnn", n_outputs=n_out, num_threads=threads
+                    )
+                    for run, inputs in enumerate((first, second, first)):
+                        expected = twin(
+                            KernelContext(opset=21, op_type=op, n_outputs=n_out), *inputs, **attrs
+                        )
+                        got = kernel.fn(ctx, *inputs, **attrs, **kernel.params)
+                        _assert_same(
+                            expected, got, f"bound on {bound}, run {run} on {isa}, {threads} threads"
+                        )
+    finally:
+        _native.clear_isa()
+
+
 def _check_float_kind(op, H, n_in, T, B, direction, lens, variant) -> None:
     """LSTM, GRU, OrtLSTM or OrtGRU on random inputs with bias, initial states (and
     peepholes for LSTM): the twin's bytes on every ISA and thread count."""

@@ -21,7 +21,9 @@
 //             of each direction transposed to [I, G·H], G = 4 LSTM / 3 GRU, in panels of
 //             kSeqPanel = 128 columns: P = ceil(G·H / 128)), r: list (D) of R's panels
 //             (LSTM [H, 4H]; GRU its z, r columns [H, 2H]), r_h: list (D) of the GRU's h
-//             columns [H, H] in panels (empty for an LSTM),
+//             columns [H, H] in panels (empty for an LSTM); w all in panels or all in
+//             strips [P, I, 16], r and r_h all in panels [P, H, 128] or all in row strips
+//             [P, H, 32] (float_rnn_layout() gives the active ISA's),
 //             bias: f32[D, 2·G·H] | None, peephole: f32[D, 3H] | None (LSTM),
 //             initial_h, initial_c (LSTM): f32[D, B, H] | None, sequence_lens: int32[B] | None,
 //             direction, clip: float > 0, input_forget (LSTM), linear_before_reset (GRU),
@@ -260,25 +262,34 @@ py::tuple float_rnn_impl(const std::string& kind, const py::handle& x_obj, const
   std::vector<py::array> keep;
   {
     auto r0 = require_array<float>(r[0], "float_rnn: r[0]");
-    if (r0.ndim() != 3)
-      throw py::value_error("float_rnn: r[0]: expected rank 3 [P, H, 128], got shape " + shape_str(r0));
+    if (r0.ndim() != 3 || (r0.shape(2) != recurrent::kSeqPanel && r0.shape(2) != recurrent::kSeqRowStrip))
+      throw py::value_error("float_rnn: r[0]: expected rank 3 [P, H, 128] or [P, H, 32], got shape " + shape_str(r0));
     p.H = r0.shape(1);
+    p.r_cols = r0.shape(2);
   }
   const int64_t D = p.D, B = p.B, H = p.H, N = G * H;
   if (static_cast<int>(r_h.size()) != (p.gru ? p.D : 0)) {
     throw py::value_error("float_rnn: r_h: expected " + std::to_string(p.gru ? p.D : 0) + " arrays, got " +
                           std::to_string(r_h.size()));
   }
-  auto panels = [](int64_t n) { return (n + recurrent::kSeqPanel - 1) / recurrent::kSeqPanel; };
+  auto panels = [](int64_t n, int64_t cols) { return (n + cols - 1) / cols; };
+  const int64_t rc = p.r_cols;
+  {
+    auto w0 = require_array<float>(w[0], "float_rnn: w[0]");
+    if (w0.ndim() != 3 || (w0.shape(2) != recurrent::kSeqPanel && w0.shape(2) != recurrent::kSeqWStrip))
+      throw py::value_error("float_rnn: w[0]: expected rank 3 [P, I, 128] or [P, I, 16], got shape " + shape_str(w0));
+    p.w_cols = w0.shape(2);
+  }
+  const int64_t wc = p.w_cols;
   for (int d = 0; d < p.D; ++d) {
     const std::string wn = "w[" + std::to_string(d) + "]", rn = "r[" + std::to_string(d) + "]";
     const std::string hn = "r_h[" + std::to_string(d) + "]";
-    p.w[d] = optional_array<float>(w[d], wn.c_str(), {panels(N), p.I, recurrent::kSeqPanel}, keep, "float_rnn");
+    p.w[d] = optional_array<float>(w[d], wn.c_str(), {panels(N, wc), p.I, wc}, keep, "float_rnn");
     const int64_t rn_cols = p.gru ? 2 * H : N;
-    p.r[d] = optional_array<float>(r[d], rn.c_str(), {panels(rn_cols), H, recurrent::kSeqPanel}, keep, "float_rnn");
+    p.r[d] = optional_array<float>(r[d], rn.c_str(), {panels(rn_cols, rc), H, rc}, keep, "float_rnn");
     if (!p.w[d] || !p.r[d]) throw py::value_error("float_rnn: " + wn + ", " + rn + ": expected arrays, got None");
     if (p.gru) {
-      p.r_h[d] = optional_array<float>(r_h[d], hn.c_str(), {panels(H), H, recurrent::kSeqPanel}, keep, "float_rnn");
+      p.r_h[d] = optional_array<float>(r_h[d], hn.c_str(), {panels(H, rc), H, rc}, keep, "float_rnn");
       if (!p.r_h[d]) throw py::value_error("float_rnn: " + hn + ": expected an array, got None");
     }
   }
@@ -401,6 +412,15 @@ void register_recurrent(py::module_& m) {
         "Float32 ONNX LSTM / GRU by docs/float-ops.md (RNN1)-(RNN9) (kind 'ort_lstm' / 'ort_gru': ONNX Runtime's, "
         "(RNN-ORT)), bit-exact with reference/rnn.py; see "
         "quanta/kernels/cpp/recurrent/float_rnn.h.");
+  m.def(
+      "float_rnn_layout",
+      [] {
+        const Isa isa = active_isa();
+        return py::make_tuple(recurrent::float_rnn_w_cols(isa), recurrent::float_rnn_r_cols(isa));
+      },
+      "(w columns, r columns): the column blocks float_rnn's w and its r, r_h are packed in on the active ISA "
+      "(128: panels; 16: W's strips, 32: R's row strips); float_rnn takes either, and repacks for a call whose "
+      "path needs the other.");
 }
 
 }  // namespace quanta

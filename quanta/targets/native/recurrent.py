@@ -401,13 +401,14 @@ def bind_dynamic_quantize_gru(model: Model, node: Node) -> tuple[Kernel | None, 
 # --------------------------------------------------------------------------------------
 
 
-def _panels(wt: np.ndarray) -> np.ndarray:
-    """``wt [K, N]`` in float_rnn.h's panels: [ceil(N / 128), K, 128], zero-padded."""
+def _panels(wt: np.ndarray, cols: int = _SEQ_PANEL) -> np.ndarray:
+    """``wt [K, N]`` in float_rnn.h's blocks of ``cols`` columns (128: the panels, 32: row
+    strips): [ceil(N / cols), K, cols], zero-padded."""
     k, n = wt.shape
-    p = -(-n // _SEQ_PANEL)
-    padded = np.zeros((k, p * _SEQ_PANEL), F32)
+    p = -(-n // cols)
+    padded = np.zeros((k, p * cols), F32)
     padded[:, :n] = wt
-    return np.ascontiguousarray(padded.reshape(k, p, _SEQ_PANEL).transpose(1, 0, 2))
+    return np.ascontiguousarray(padded.reshape(k, p, cols).transpose(1, 0, 2))
 
 
 _OP_NAMES = {"lstm": "LSTM", "gru": "GRU", "ort_lstm": "OrtLSTM", "ort_gru": "OrtGRU"}  # float_rnn's kinds
@@ -670,14 +671,20 @@ def _bind_float_rnn(op: str, node: Node, ort: bool = False) -> tuple[Kernel | No
             None,
             f"W / R must be [{D}, {G * H}, I] / [{D}, {G * H}, {H}], got {list(w.shape)} / {list(r.shape)}",
         )
-    # each direction's W and R transposed to [K, G·H], in panels (float_rnn.h); a GRU's R
-    # in two parts, its z, r columns and its h columns (the h product waits for r)
-    w_t = [_panels(w[d].T) for d in range(D)]
+    # each direction's W and R transposed to [K, G·H], in the column blocks float_rnn reads
+    # on this ISA (float_rnn.h: panels of 128; on AVX2 W in strips of 16, R in row strips
+    # of 32), packed here once, not per call, one copy each (float_rnn repacks for a call
+    # whose path needs the other layout); a GRU's R in two parts, its z, r columns and its
+    # h columns (the h product waits for r)
+    from quanta.kernels import _native
+
+    wc, rc = (int(c) for c in _native.float_rnn_layout())
+    w_t = [_panels(w[d].T, wc) for d in range(D)]
     if op == "LSTM":
-        r_t, r_h = [_panels(r[d].T) for d in range(D)], []
+        r_t, r_h = [_panels(r[d].T, rc) for d in range(D)], []
     else:
-        r_t = [_panels(r[d, : 2 * H].T) for d in range(D)]
-        r_h = [_panels(r[d, 2 * H :].T) for d in range(D)]
+        r_t = [_panels(r[d, : 2 * H].T, rc) for d in range(D)]
+        r_h = [_panels(r[d, 2 * H :].T, rc) for d in range(D)]
     params = {"w_t": w_t, "r_t": r_t, "r_h": r_h, "n_in": int(w.shape[2])}
     fn, spec = _FLOAT_RNN_KERNELS[op, ort]
     name = f"native:{'ort_' if ort else ''}{op.lower()}_f32"

@@ -38,6 +38,8 @@ extern const SeqGemmMlasFn kSeqGemmMlasAvx2;
 extern const SeqGemmMlasFn kSeqGemmMlasAvx512Vnni;
 extern const SeqGemmMlasFn kSeqRowStripsAvx2;
 extern const SeqGemmMlasFn kSeqRowStripsMlasAvx2;
+extern const SeqGemmMlasFn kSeqWStripsAvx2;
+extern const SeqGemmMlasFn kSeqWStripsMlasAvx2;
 
 SeqGemmMlasFn seq_gemm_mlas_for(Isa isa) {
   switch (isa) {
@@ -64,6 +66,15 @@ SeqGemmMlasFn seq_row_strips_for(Isa isa, bool mlas) {
   return mlas ? kSeqRowStripsMlasAvx2 : kSeqRowStripsAvx2;
 }
 
+SeqGemmMlasFn seq_gemm_wstrips_for(Isa isa, bool mlas) {
+  if (isa != Isa::kAvx2) return nullptr;
+  return mlas ? kSeqWStripsMlasAvx2 : kSeqWStripsAvx2;
+}
+
+int64_t float_rnn_w_cols(Isa isa) { return seq_gemm_wstrips_for(isa, false) != nullptr ? kSeqWStrip : kSeqPanel; }
+
+int64_t float_rnn_r_cols(Isa isa) { return seq_row_strips_for(isa, false) != nullptr ? kSeqRowStrip : kSeqPanel; }
+
 namespace {
 
 // A batch-6+ LSTM recurrence of this many steps or more runs its H·Rᵀ on R repacked into
@@ -71,23 +82,42 @@ namespace {
 // a step saves ~1 us of ~13 there (benchmarks/results/2026-12-06b-lstm12.md).
 constexpr int64_t kStripMinSteps = 64;
 
-// panels (kSeqPanel columns) -> strips of S columns (kSeqStrip, kSeqRowStrip) of w [K, N],
-// in a buffer left uninitialized (every float of a strip is copied from its panel, the
-// panels' zero padding included): one pass over the panels, each row of a panel read once
-// and split into its strips (a strip at a time read each panel row kSeqPanel / S times
-// and zero-filled the buffer first: a fifth of ddddocr's batch-1 LSTM, 4 MB of R)
-class Strips {
+// w [K, N] in blocks of `from` columns -> blocks of `to` columns (kSeqPanel, kSeqStrip,
+// kSeqRowStrip: one divides the other), in a buffer left uninitialized: every float is
+// copied from an input block or, past the input's blocks, set to zero (the padding). One
+// pass over the input, each row of the wider blocks read or written once and split into
+// or gathered from the narrower ones (a narrow block at a time read each panel row
+// kSeqPanel / S times and zero-filled the buffer first: a fifth of ddddocr's batch-1
+// LSTM, 4 MB of R).
+class Blocks {
  public:
-  Strips(const float* w, int64_t K, int64_t N, int64_t S) {
-    const int64_t strips = (N + S - 1) / S, per = kSeqPanel / S;
-    p_.reset(new float[static_cast<size_t>(strips * K * S)]);
-    for (int64_t q = 0; q * per < strips; ++q) {
-      const int64_t in_panel = std::min(per, strips - q * per);
-      const float* panel = w + q * kSeqPanel * K;
-      float* out = p_.get() + q * per * K * S;
+  Blocks(const float* w, int64_t K, int64_t N, int64_t from, int64_t to) {
+    const int64_t in_blocks = (N + from - 1) / from, out_blocks = (N + to - 1) / to;
+    p_.reset(new float[static_cast<size_t>(out_blocks * K * to)]);
+    if (from >= to) {
+      const int64_t per = from / to;
+      for (int64_t q = 0; q < in_blocks; ++q) {
+        const int64_t in_block = std::min(per, out_blocks - q * per);
+        const float* src = w + q * from * K;
+        float* out = p_.get() + q * per * K * to;
+        for (int64_t k = 0; k < K; ++k)
+          for (int64_t j = 0; j < in_block; ++j)
+            std::memcpy(out + (j * K + k) * to, src + k * from + j * to, sizeof(float) * to);
+      }
+      return;
+    }
+    const int64_t per = to / from;
+    for (int64_t q = 0; q < out_blocks; ++q) {
+      float* out = p_.get() + q * to * K;
       for (int64_t k = 0; k < K; ++k)
-        for (int64_t j = 0; j < in_panel; ++j)
-          std::memcpy(out + (j * K + k) * S, panel + k * kSeqPanel + j * S, sizeof(float) * S);
+        for (int64_t j = 0; j < per; ++j) {
+          float* o = out + k * to + j * from;
+          if (q * per + j < in_blocks) {
+            std::memcpy(o, w + (q * per + j) * from * K + k * from, sizeof(float) * from);
+          } else {
+            std::fill(o, o + from, 0.0f);
+          }
+        }
     }
   }
   const float* data() const { return p_.get(); }
@@ -96,9 +126,44 @@ class Strips {
   std::unique_ptr<float[]> p_;
 };
 
-// A batch-1 recurrence of this many steps or more runs its products on its recurrence
-// weights repacked into row strips (float_rnn.h kSeqRowStrip): the repack is one pass
-// over them, about what one step reads; a step then takes ~0.6 of its time on the panels.
+// w [K, N] (W, R or R_h) given in blocks of `given` columns, as a call's products take it:
+// in blocks of `want` columns, repacked into `keep` when they differ.
+const float* in_blocks(const float* w, int64_t K, int64_t N, int64_t given, int64_t want,
+                       std::unique_ptr<Blocks>& keep) {
+  if (given == want) return w;
+  keep = std::make_unique<Blocks>(w, K, N, given, want);
+  return keep->data();
+}
+
+// A direction's input projection xw [L·B, N] = X[:L] · W[d]ᵀ ((RNN1), or (RNN-ORT1) with
+// ort), on W's strips where the ISA has the kernel and W comes in them, else on panels
+// (W repacked for the call when it comes in strips).
+template <class Split>
+void project(const FloatRnnParams& p, int d, int64_t rows, int64_t N, float* xw, bool ort, Split split) {
+  const int64_t I = p.I;
+  const SeqGemmMlasFn wfn = seq_gemm_wstrips_for(p.isa, ort);
+  if (wfn != nullptr && p.w_cols == kSeqWStrip) {
+    split(rows, [&](int64_t m0, int64_t m1) { wfn(p.x + m0 * I, I, p.w[d], I, N, xw + m0 * N, N, m1 - m0, false); });
+    return;
+  }
+  std::unique_ptr<Blocks> keep;
+  const float* w = in_blocks(p.w[d], I, N, p.w_cols, kSeqPanel, keep);
+  const SeqGemmFn gemm = seq_gemm_for(p.isa);
+  const SeqGemmMlasFn gemm_mlas = seq_gemm_mlas_for(p.isa);
+  split(rows, [&](int64_t m0, int64_t m1) {
+    if (ort) {
+      gemm_mlas(p.x + m0 * I, I, w, I, N, xw + m0 * N, N, m1 - m0, false);
+    } else {
+      gemm(p.x + m0 * I, I, w, I, N, xw + m0 * N, N, m1 - m0);
+    }
+  });
+}
+
+// A batch-1 recurrence given its recurrence weights in panels runs its products on them
+// repacked into row strips (float_rnn.h kSeqRowStrip) from this many steps on: the
+// repack is one pass over them, about what one step reads; a step then takes ~0.6 of its
+// time on the panels. Given row strips (the binder's layout on such an ISA), every
+// batch-1 recurrence runs on them.
 constexpr int64_t kRowStripMinSteps = 4;
 
 // A buffer of n floats left uninitialized: the X·Wᵀ products of every step (4 MB for
@@ -256,9 +321,9 @@ void run_ort_gru_direction(const FloatRnnParams& p, int d, int threads) {
     L = std::max(L, len[b]);
   }
   if (L == 0) return;
-  ScratchF32 xw(static_cast<size_t>(L * B * N));                  // every element written by the product
-  split_rows(threads, L * B, I, N, [&](int64_t m0, int64_t m1) {  // (RNN-ORT-GRU1)
-    gemm_mlas(p.x + m0 * I, I, p.w[d], I, N, xw.data() + m0 * N, N, m1 - m0, false);
+  ScratchF32 xw(static_cast<size_t>(L * B * N));                           // every element written by the product
+  project(p, d, L * B, N, xw.data(), true, [&](int64_t rows, auto call) {  // (RNN-ORT-GRU1)
+    split_rows(threads, rows, I, N, call);
   });
   std::vector<float> bz, br, bh, rbh;
   if (p.bias) {
@@ -274,19 +339,14 @@ void run_ort_gru_direction(const FloatRnnParams& p, int d, int threads) {
       bh[j] = lbr ? wb[2 * H + j] : wb[2 * H + j] + rb[2 * H + j];
     }
   }
-  // a batch-1 recurrence: its products on R_zr and R_h repacked into row strips
+  // a batch-1 recurrence: its products on R_zr and R_h in row strips; else the panels
   const SeqGemmMlasFn row_fn = seq_row_strips_for(p.isa, true);
-  const bool on_rows = row_fn != nullptr && B == 1 && L >= kRowStripMinSteps;
+  const bool on_rows = row_fn != nullptr && B == 1 && (p.r_cols == kSeqRowStrip || L >= kRowStripMinSteps);
   const SeqGemmMlasFn step_mlas = on_rows ? row_fn : gemm_mlas;
-  const float* Rzr = p.r[d];
-  const float* Rh = p.r_h[d];
-  std::unique_ptr<Strips> r_rows, rh_rows;
-  if (on_rows) {
-    r_rows = std::make_unique<Strips>(Rzr, H, 2 * H, kSeqRowStrip);
-    rh_rows = std::make_unique<Strips>(Rh, H, H, kSeqRowStrip);
-    Rzr = r_rows->data();
-    Rh = rh_rows->data();
-  }
+  const int64_t cols = on_rows ? kSeqRowStrip : kSeqPanel;
+  std::unique_ptr<Blocks> r_keep, rh_keep;
+  const float* Rzr = in_blocks(p.r[d], H, 2 * H, p.r_cols, cols, r_keep);
+  const float* Rh = in_blocks(p.r_h[d], H, H, p.r_cols, cols, rh_keep);
   const float* bzp = p.bias ? bz.data() : nullptr;
   const float* brp = p.bias ? br.data() : nullptr;
   const float* bhp = p.bias ? bh.data() : nullptr;
@@ -353,13 +413,8 @@ void run_direction(const FloatRnnParams& p, int d, int threads) {
   }
   if (L == 0) return;
   ScratchF32 xw(static_cast<size_t>(L * B * N));  // every element written by the product
-  split_rows(threads, L * B, I, N, [&](int64_t m0, int64_t m1) {
-    if (p.ort) {
-      gemm_mlas(p.x + m0 * I, I, p.w[d], I, N, xw.data() + m0 * N, N, m1 - m0, false);  // (RNN-ORT): X[:L] · Wᵀ
-    } else {
-      gemm(p.x + m0 * I, I, p.w[d], I, N, xw.data() + m0 * N, N, m1 - m0);  // (RNN1): X[:L] · Wᵀ
-    }
-  });
+  // (RNN1), or (RNN-ORT) for OrtLSTM: X[:L] · Wᵀ
+  project(p, d, L * B, N, xw.data(), p.ort, [&](int64_t rows, auto call) { split_rows(threads, rows, I, N, call); });
 
   // bias: f32(Wb + Rb) per gate column ((RNN2)); the GRU's h gate keeps Wb and Rb apart
   // with linear_before_reset.
@@ -381,28 +436,21 @@ void run_direction(const FloatRnnParams& p, int d, int threads) {
   if (p.initial_c && !p.gru) std::memcpy(c.data(), p.initial_c + d * B * H, sizeof(float) * B * H);
   float* yh = p.y_h + d * B * H;
   float* yc = p.y_c ? p.y_c + d * B * H : nullptr;
-  const float* R = p.r[d];
+  // a batch-1 recurrence: its products on R (and the GRU's R_h) in row strips; else the
+  // panels
+  const SeqGemmMlasFn row_fn = seq_row_strips_for(p.isa, p.ort);
+  const bool on_rows = row_fn != nullptr && B == 1 && (p.r_cols == kSeqRowStrip || L >= kRowStripMinSteps);
+  const int64_t cols = on_rows ? kSeqRowStrip : kSeqPanel;
+  std::unique_ptr<Blocks> r_keep, rh_keep, r_strips;
+  const float* R = in_blocks(p.r[d], H, p.gru ? 2 * H : N, p.r_cols, cols, r_keep);
+  const float* Rh = p.gru ? in_blocks(p.r_h[d], H, H, p.r_cols, cols, rh_keep) : nullptr;
   // a long batch-6+ LSTM: H·Rᵀ on R's strips (same chains, same bytes)
   SeqGemmFn rgemm = gemm;
-  std::unique_ptr<Strips> r_strips;
   const SeqGemmFn strips_fn = seq_gemm_strips_for(p.isa);
   if (!p.gru && !p.ort && strips_fn != nullptr && B >= 6 && L >= kStripMinSteps) {
-    r_strips = std::make_unique<Strips>(R, H, N, kSeqStrip);
+    r_strips = std::make_unique<Blocks>(R, H, N, kSeqPanel, kSeqStrip);
     R = r_strips->data();
     rgemm = strips_fn;
-  }
-  // a batch-1 recurrence: its products on R (and the GRU's R_h) repacked into row strips
-  const SeqGemmMlasFn row_fn = seq_row_strips_for(p.isa, p.ort);
-  const bool on_rows = row_fn != nullptr && B == 1 && L >= kRowStripMinSteps;
-  const float* Rh = p.gru ? p.r_h[d] : nullptr;
-  std::unique_ptr<Strips> r_rows, rh_rows;
-  if (on_rows) {
-    r_rows = std::make_unique<Strips>(R, H, p.gru ? 2 * H : N, kSeqRowStrip);
-    R = r_rows->data();
-    if (p.gru) {
-      rh_rows = std::make_unique<Strips>(Rh, H, H, kSeqRowStrip);
-      Rh = rh_rows->data();
-    }
   }
   // a step's product of ncols columns at w (R or R_h at a column): (RNN1), or for OrtLSTM
   // (RNN-ORT1) added onto y

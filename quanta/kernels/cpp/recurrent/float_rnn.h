@@ -80,24 +80,50 @@ constexpr int64_t kSeqRowStrip = 32;
 // null on an ISA without (AVX-512, portable: the panels only).
 SeqGemmMlasFn seq_row_strips_for(Isa isa, bool mlas);
 
+// Columns per input-weight strip: W [I, G·H] as strips of kSeqWStrip columns (the layout
+// of kSeqRowStrip with 16), the binder's layout of W on an ISA with a strips projection
+// (AVX2: seq_gemm_wstrips_for, blocks of six rows × one strip, each strip one
+// contiguous stream).
+constexpr int64_t kSeqWStrip = 16;
+
+// The X·Wᵀ projection (mlas false: (RNN1), accumulate ignored; true: (RNN-ORT1)) on W in
+// strips of kSeqWStrip columns, the chains and bytes of the panel kernels; null on an ISA
+// without (AVX-512, portable: the panels only).
+SeqGemmMlasFn seq_gemm_wstrips_for(Isa isa, bool mlas);
+
+// The column blocks float_rnn takes W in on `isa` (kSeqWStrip where seq_gemm_wstrips_for
+// has a kernel, else kSeqPanel); as R's below, the binder packs them once and float_rnn
+// takes either layout on every ISA (FloatRnnParams::w_cols).
+int64_t float_rnn_w_cols(Isa isa);
+
+// The column blocks float_rnn takes R (and a GRU's R_h) in on `isa`: kSeqRowStrip where a
+// batch-1 step runs on row strips (AVX2), so the binder packs them once per session and a
+// call repacks nothing (ddddocr's T = 21 LSTM repacked 2 × 4 MB a call, ~2 steps' reads
+// and writes); kSeqPanel elsewhere. float_rnn takes either layout on every ISA
+// (FloatRnnParams::r_cols): a call whose path needs the other one repacks R for itself.
+int64_t float_rnn_r_cols(Isa isa);
+
 struct FloatRnnParams {
   bool gru = false;
   int64_t T = 0, B = 0, I = 0, H = 0;
   int D = 1;
   bool reverse = false;
   const float* x = nullptr;  // [T, B, I]
-  // Weight panels (kSeqPanel) of the ONNX W, R of each direction transposed, gates in ONNX order:
+  // The ONNX W, R of each direction transposed, gates in ONNX order, in column blocks: W of
+  // w_cols (kSeqPanel: panels; kSeqWStrip: strips), R and R_h of r_cols (kSeqPanel;
+  // kSeqRowStrip: row strips)
   const float* w[2] = {nullptr, nullptr};    // [I, G·H] (G = 4 LSTM, 3 GRU)
   const float* r[2] = {nullptr, nullptr};    // LSTM [H, 4H]; GRU the z, r columns [H, 2H]
   const float* r_h[2] = {nullptr, nullptr};  // GRU the h columns [H, H]
-  const float* bias = nullptr;               // [D, 2·G·H] (Wb then Rb), or null
-  const float* peephole = nullptr;           // LSTM [D, 3H], or null
-  const float* initial_h = nullptr;          // [D, B, H], or null
-  const float* initial_c = nullptr;          // LSTM [D, B, H], or null
-  const int32_t* lens = nullptr;             // [B] in [0, T], or null
-  float clip = 0.0f;                         // > 0; FLT_MAX: none
-  bool input_forget = false;                 // LSTM
-  bool linear_before_reset = false;          // GRU
+  int64_t w_cols = kSeqPanel, r_cols = kSeqPanel;
+  const float* bias = nullptr;       // [D, 2·G·H] (Wb then Rb), or null
+  const float* peephole = nullptr;   // LSTM [D, 3H], or null
+  const float* initial_h = nullptr;  // [D, B, H], or null
+  const float* initial_c = nullptr;  // LSTM [D, B, H], or null
+  const int32_t* lens = nullptr;     // [B] in [0, T], or null
+  float clip = 0.0f;                 // > 0; FLT_MAX: none
+  bool input_forget = false;         // LSTM
+  bool linear_before_reset = false;  // GRU
   // ONNX Runtime's float LSTM (quanta::OrtLSTM, (RNN-ORT)): products by seq_gemm_mlas
   // (H·Rᵀ added onto the step's X·Wᵀ row), gates by mlas_logistic / mlas_tanh; with gru,
   // its float GRU (quanta::OrtGRU, (RNN-ORT-GRU)): the same products, z by mlas_logistic,

@@ -449,6 +449,140 @@ void seq_row_strips(const float* a, int64_t lda, const float* w, int64_t K, int6
   }
 }
 
+// R rows × S strips of kSeqWStrip columns (float_rnn.h; NV <= 2 vectors a strip, 1 for a
+// strip of 8 columns or fewer: R·S·NV <= 12 accumulators on AVX2's 16 registers) over k
+// steps [k0, k1) of the strips at w, w + kSeqWStrip·K: out [r·ldo + s·kSeqWStrip] = the
+// chains from +0, (RNN1)'s (separate multiply and add) or with kFma (RNN-ORT1)'s. Each
+// strip is one contiguous stream (64 bytes a k step) that stays in L1 while the row
+// blocks of a tile pass over it: the panels' 64 of every 512 bytes a k step map to an
+// eighth of L1's sets, so a block's K lines did not stay there between row blocks (600 ×
+// 266 × 100 ran at ~30 GMAC/s on the panels, ~40 on strips).
+template <class T, int R, int S, int NV, bool kFma>
+__attribute__((noinline)) void wstrip_block(const float* a, int64_t lda, const float* w, int64_t K, int64_t k0,
+                                            int64_t k1, float* out, int64_t ldo) {
+  constexpr int L = T::kLanes;
+  static_assert(2 * L == kSeqWStrip && R * S * NV <= 12 && NV <= 2, "wstrip_block: blocks");
+  using V = typename T::V;
+  V c[R][S][NV];
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s)
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) c[r][s][v] = T::zero();
+  const float* wk = w + k0 * kSeqWStrip;
+  for (int64_t k = k0; k < k1; ++k, wk += kSeqWStrip) {
+    V wv[S][NV];
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s)
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) {
+        wv[s][v] = T::loadu(wk + s * kSeqWStrip * K + L * v);
+        __asm__("" : "+v"(wv[s][v]));  // one load per weight vector (seq_rows2_panel's reason)
+      }
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+      const V av = T::set1(a[r * lda + k]);
+#pragma GCC unroll 4
+      for (int s = 0; s < S; ++s)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; ++v)
+          c[r][s][v] = kFma ? T::fmadd(av, wv[s][v], c[r][s][v]) : T::add(c[r][s][v], T::mul(av, wv[s][v]));
+    }
+  }
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s)
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) T::storeu(out + r * ldo + s * kSeqWStrip + L * v, c[r][s][v]);
+}
+
+// y [M, N] = a [M, K] · w on strips of kSeqWStrip columns (float_rnn.h seq_gemm_wstrips_for)
+// by (RNN1), or with kFma by (RNN-ORT1) (per block of kMlasStrideK k a chain from +0, added
+// to y when accumulate or from the second block on, else stored). Rows in tiles of about
+// 128 KB of a (in L2), each strip passing once per tile (K·64 bytes: in L1 while the tile's
+// row blocks use it): six rows × one strip (12 accumulators), the rows a tile leaves over
+// (three or fewer) × two strips; a strip of 8 columns or fewer with one vector. The strips
+// are zero-padded past N; only the columns below N are written.
+template <class T, bool kFma>
+void seq_gemm_wstrips(const float* a, int64_t lda, const float* w, int64_t K, int64_t N, float* y, int64_t ldy,
+                      int64_t M, bool accumulate) {
+  constexpr int64_t W = kSeqWStrip;
+  alignas(64) float buf[6 * 2 * W];
+  const int64_t block = kFma ? kMlasStrideK : K;
+  const int64_t ns = (N + W - 1) / W;
+  const int64_t tile = std::max<int64_t>(6, (int64_t{32} * 1024 / std::max<int64_t>(K, 1)) / 6 * 6);
+  // rows [m, m + R) × strips [s, s + S) (S·W columns at most; nc of them below N)
+  auto run = [&](int64_t m, int R, int64_t s, int S) {
+    const int64_t n0 = s * W, nc = std::min(N - n0, S * W);
+    const bool narrow = S == 1 && nc <= W / 2;
+    const float* as = a + m * lda;
+    const float* ws = w + n0 * K;
+    for (int64_t b0 = 0; b0 < K || b0 == 0; b0 += block) {
+      const int64_t b1 = K < b0 + block ? K : b0 + block;
+      const bool add = kFma && (accumulate || b0 > 0);
+      const bool direct = !add && nc == S * W;
+      float* out = direct ? y + m * ldy + n0 : buf;
+      const int64_t ldo = direct ? ldy : S * W;
+#define QUANTA_WSTRIP(RR, SS, NVV) wstrip_block<T, RR, SS, NVV, kFma>(as, lda, ws, K, b0, b1, out, ldo)
+      if (S == 2) {
+        switch (R) {
+          case 3: QUANTA_WSTRIP(3, 2, 2); break;
+          case 2: QUANTA_WSTRIP(2, 2, 2); break;
+          default: QUANTA_WSTRIP(1, 2, 2); break;
+        }
+      } else if (narrow) {
+        switch (R) {
+          case 6: QUANTA_WSTRIP(6, 1, 1); break;
+          case 5: QUANTA_WSTRIP(5, 1, 1); break;
+          case 4: QUANTA_WSTRIP(4, 1, 1); break;
+          case 3: QUANTA_WSTRIP(3, 1, 1); break;
+          case 2: QUANTA_WSTRIP(2, 1, 1); break;
+          default: QUANTA_WSTRIP(1, 1, 1); break;
+        }
+      } else {
+        switch (R) {
+          case 6: QUANTA_WSTRIP(6, 1, 2); break;
+          case 5: QUANTA_WSTRIP(5, 1, 2); break;
+          case 4: QUANTA_WSTRIP(4, 1, 2); break;
+          case 3: QUANTA_WSTRIP(3, 1, 2); break;
+          case 2: QUANTA_WSTRIP(2, 1, 2); break;
+          default: QUANTA_WSTRIP(1, 1, 2); break;
+        }
+      }
+#undef QUANTA_WSTRIP
+      if (!direct) {
+        for (int r = 0; r < R; ++r) {
+          float* yr = y + (m + r) * ldy + n0;
+          const float* br = buf + r * ldo;
+          if (add) {
+            for (int64_t n = 0; n < nc; ++n) yr[n] = br[n] + yr[n];
+          } else {
+            std::memcpy(yr, br, sizeof(float) * nc);
+          }
+        }
+      }
+      if (block == 0) break;
+    }
+  };
+  for (int64_t t0 = 0; t0 < M; t0 += tile) {
+    const int64_t t1 = std::min(M, t0 + tile);
+    const int64_t full = t0 + (t1 - t0) / 6 * 6;  // six-row blocks end here
+    for (int64_t s = 0; s < ns; ++s)
+      for (int64_t m = t0; m < full; m += 6) run(m, 6, s, 1);
+    const int rest = static_cast<int>(t1 - full);
+    if (rest == 0) continue;
+    if (rest > 3) {
+      for (int64_t s = 0; s < ns; ++s) run(full, rest, s, 1);
+      continue;
+    }
+    int64_t s = 0;
+    for (; s + 2 <= ns; s += 2) run(full, rest, s, 2);
+    if (s < ns) run(full, rest, s, 1);
+  }
+}
+
 // kRows4: blocks of four rows by seq_rows (an ISA with registers for its 16
 // accumulators: AVX-512's 32); then pairs of rows on every ISA.
 template <class T, int NV, bool kRows4 = false>
