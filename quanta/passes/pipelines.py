@@ -179,7 +179,8 @@ def optimize_float(
     computes between Transposes / Reshapes (the float GEMM family's bound instead of
     np.einsum's unstated order); a constant bias Add after a MatMul by a constant becomes
     one ``quanta::MatMulBias`` (:mod:`.rules.fuse_matmul_bias`: the GEMM's store adds it;
-    exact); with ``blocked_layout``, chains of float convolutions and
+    exact); a constant per-channel Add after a ConvTranspose becomes its bias (exact
+    without one; :mod:`.rules.fold_conv_affine`) and a BatchNormalization after it folds; with ``blocked_layout``, chains of float convolutions and
     the pools, elementwise operators, Concats, Splits and nearest Resizes between them
     exchange NCHW16c tensors (:mod:`.lower.nchwc`: ONNX Runtime's NchwcTransformer;
     direct convolutions over channel blocks, no layout change inside a chain). A MatMul whose
