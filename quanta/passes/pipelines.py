@@ -182,7 +182,8 @@ def optimize_float(
     computes between Transposes / Reshapes (the float GEMM family's bound instead of
     np.einsum's unstated order); a constant bias Add after a MatMul by a constant becomes
     one ``quanta::MatMulBias`` (:mod:`.rules.fuse_matmul_bias`: the GEMM's store adds it;
-    exact); with ``blocked_layout``, chains of float convolutions and
+    exact); a constant per-channel Add after a ConvTranspose becomes its bias (exact
+    without one; :mod:`.rules.fold_conv_affine`) and a BatchNormalization after it folds; with ``blocked_layout``, chains of float convolutions and
     the pools, elementwise operators, Concats, Splits and nearest Resizes between them
     exchange NCHW16c tensors (:mod:`.lower.nchwc`: ONNX Runtime's NchwcTransformer;
     direct convolutions over channel blocks, no layout change inside a chain). A MatMul whose
@@ -194,7 +195,7 @@ def optimize_float(
     reference stays the golden of what the native target computes."""
     from quanta.passes.lower.nchwc import BlockedFloatLayout
     from quanta.passes.lower.weight_only_matmul import WeightOnlyMatMuls
-    from quanta.passes.rules.fold_conv_affine import FoldConvAffine
+    from quanta.passes.rules.fold_conv_affine import FoldConvAffine, FoldConvTransposeAffine
     from quanta.passes.rules.fuse_float_gate import FuseFloatGate
     from quanta.passes.rules.fuse_gelu import FuseGeluPass
     from quanta.passes.rules.fuse_gru_gates import FuseGRUGates
@@ -238,6 +239,9 @@ def optimize_float(
         FoldBatchNorm(),
         ConvDepthOneAs2d(opset),  # a 3-D Conv of depth 1 over a depth of 1: the native 2-D Conv
         FoldConvAffine(),  # a constant per-channel Mul / Add after a float Conv: into its weights
+        # a bias Add after a ConvTranspose: its bias; a BatchNormalization after it then folds
+        FoldConvTransposeAffine(),
+        FoldBatchNorm(),
         FuseNBitsBias(),  # a constant bias Add after a MatMulNBits: its bias input (exact)
         ConvTransposeUnitStrides(),  # a stride-1 ConvTranspose: the Conv it is (native Conv paths)
         ConvTransposeAs2d(opset),  # a strided 1-D ConvTranspose: the 2-D one over a unit height (native)

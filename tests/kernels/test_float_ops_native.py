@@ -474,6 +474,12 @@ BROADCASTS = [
     ((3, 1, 5), (1, 4, 1), "both broadcast in alternating dims"),
     ((4, 3, 1, 1), (3, 7, 17), "per-channel (C,1,1) against a rank-3 b"),
     ((2, 0, 3), (3,), "empty output"),
+    # tile rows (binary_tile.h): a short run both step, the dimension around it repeats one
+    ((1, 6, 7, 5, 16), (1, 6, 1, 1, 16), "blocked per-channel gate: rows of 16"),
+    ((1, 1, 1, 16), (2, 3, 9, 16), "blocked, the repeated run on the left"),
+    ((3, 17, 24), (3, 1, 24), "rows of 24 (3 vectors), a stepping outer dimension"),
+    ((2, 7, 13, 7), (2, 1, 1, 7), "rows of 7 (no whole vector)"),
+    ((5, 11, 259), (5, 1, 259), "rows past the tile limit (256): the generic runs"),
 ]
 OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
 
@@ -506,6 +512,44 @@ def test_binary_native_matches_numpy_every_isa(op, a_shape, b_shape, reason) -> 
             )
 
     every_isa(check)
+
+
+@pytest.mark.parametrize("op", ["max", "min", "prelu"])
+def test_binary_tile_rows_of_the_other_ops_are_numpys(op) -> None:
+    """Max / Min / PRelu on tile rows walk each ISA's runs row by row: NumPy's maximum /
+    minimum (NaN propagates) and where(a < 0, a·b, a)."""
+    rng = np.random.default_rng(17)
+    a, b = binary_operand(rng, (1, 3, 9, 11, 16)), binary_operand(rng, (1, 3, 1, 1, 16))
+    with np.errstate(all="ignore"):
+        expected = {
+            "max": np.maximum(a, b),
+            "min": np.minimum(a, b),
+            "prelu": np.where(a < 0, a * b, a).astype(F32),
+        }[op]
+
+    def check(isa: str) -> None:
+        for threads in (1, 2):
+            assert_same(
+                expected, _native.binary_f32(op, a, b, num_threads=threads), op, isa=isa, threads=threads
+            )
+
+    every_isa(check)
+
+
+def test_binary_tile_rows_large_threads_identical() -> None:
+    """A blocked SE gate of PP-OCRv3's neck size (96 channels, 40 x 30): thread chunks split
+    the rows, 1 and 2 threads give NumPy's bytes."""
+    rng = np.random.default_rng(9)
+    a, b = binary_operand(rng, (1, 6, 40, 30, 16)), binary_operand(rng, (1, 6, 1, 1, 16))
+    for op in ("mul", "add"):
+        with np.errstate(all="ignore"):
+            expected = np.asarray(OPS[op](a, b), F32)
+
+        def check(isa: str, op: str = op, expected: np.ndarray = expected) -> None:
+            for t in (1, 2):
+                assert_same(expected, _native.binary_f32(op, a, b, num_threads=t), op, isa=isa, threads=t)
+
+        every_isa(check)
 
 
 def test_binary_threads_1_and_2_identical_large() -> None:

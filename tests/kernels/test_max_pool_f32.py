@@ -147,3 +147,37 @@ def test_beats_tcn_time_pools_every_isa() -> None:
         x[0, 7, 2, 20] = np.inf
         x[0, 8, 601, 0] = np.nan  # the plane's last row
         check_every_isa(x, (1, 3), (0, 0, 0, 0), strides=[1, 3])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from([3, 7, 17, 24]),
+    st.integers(2, 19),
+    st.sampled_from([2, 3, 15, 16, 17, 31, 32, 33, 64, 65]),
+    st.booleans(),
+    st.integers(0, 2**32 - 1),
+)
+def test_2x2_stride2_is_the_twin_and_every_isas_bytes(c, h, w, pads_end, seed) -> None:
+    """2x2 stride 2 inside the plane (AVX2: max_pool_2x2_avx2.h, 8 outputs from 16 columns of
+    two rows, a scalar tail): the twin's values, and the same bytes as the other ISAs'
+    forms, ±0 and NaN included (taps in (ky, kx) order, of equal values the earlier).
+    An odd height or width leaves the last input row / column unread; an end pad (ceil
+    mode like) takes the other forms."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((2, c, h, w)).astype(F32)
+    flat = x.reshape(-1)
+    idx = rng.choice(flat.size, size=min(12, flat.size), replace=False)
+    flat[idx] = rng.choice(SPECIALS, size=idx.size)
+    x[0, 0, 0, :2] = [0.0, -0.0]  # equal maxima of both signs in one window
+    pads = (0, 0, h % 2, w % 2) if pads_end else (0, 0, 0, 0)
+    check_every_isa(x, (2, 2), pads, strides=[2, 2])
+    expected = get_op("MaxPool", "")(KernelContext(), x, kernel_shape=[2, 2], pads=list(pads), strides=[2, 2])
+    out_hw = expected.shape[2:]
+    try:
+        got = set()
+        for isa in ISAS:
+            _native.set_isa(isa)
+            got.add(_native.max_pool_2d_f32(x, (2, 2), (2, 2), (1, 1), pads[:2], out_hw, 1).tobytes())
+        assert len(got) == 1
+    finally:
+        _native.clear_isa()

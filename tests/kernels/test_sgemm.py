@@ -658,6 +658,53 @@ def test_col2im_large_enough_for_threads_and_clamps() -> None:
     np.testing.assert_array_equal(y1[0], np.minimum(np.maximum(want, F32(-0.5)), F32(1.0)))
 
 
+@pytest.mark.parametrize(
+    "m,k,h,w,bt,bl,eh,ew",
+    [
+        (3, 2, 5, 9, 0, 0, 0, 0),  # 2x2 stride 2: one vector pair and a tail of 1
+        (7, 2, 4, 17, 0, 0, 1, 1),  # output_padding: a last row and column of bias only
+        (17, 2, 3, 16, 1, 1, 0, 0),  # crop begins odd: the first column is a kx = 1 value
+        (24, 2, 6, 8, -1, -3, 2, 3),  # crop begins before the canvas (output_shape)
+        (5, 3, 4, 7, 1, 2, 0, 0),  # 3x3 stride 3: the scalar rows
+        (3, 4, 2, 5, 0, 0, 0, 0),  # 4x4 stride 4
+        (2, 1, 3, 11, 0, 0, 0, 0),  # 1x1 stride 1
+    ],
+)
+def test_col2im_tiles_are_the_twin_scatter_bit_for_bit_every_isa(m, k, h, w, bt, bl, eh, ew) -> None:
+    """Non-overlapping windows (kernel = stride, dilation 1) take col2im_tiles.h's
+    interleave: the twin's bytes (scatter into +0, crop, + bias) on every ISA, 1 and 2
+    threads, with −0, NaN and ±inf columns, and a clamp's max / min on the scalar lanes'
+    terms (NaN kept)."""
+    from quanta.kernels.reference.nn_conv import _crop_spatial, _scatter_windows
+
+    rng = np.random.default_rng(m * 1000 + k * 100 + w)
+    n = 2
+    cols = normal(rng, n, m * k * k, h, w)
+    flat = cols.reshape(-1)
+    flat[rng.integers(0, flat.size, 40)] = rng.choice(np.array([-0.0, np.nan, np.inf, -np.inf, 0.0], F32), 40)
+    bias = normal(rng, m)
+    full = (h * k, w * k)
+    out_hw = (full[0] - bt + eh, full[1] - bl + ew)
+    canvas = _scatter_windows(cols.reshape(n, m, k, k, h, w), full, (k, k), (1, 1))
+    want = _crop_spatial(canvas, (bt, bl), out_hw) + bias.reshape(m, 1, 1)
+    lo, hi = F32(-0.75), F32(1.5)
+    clamped = np.where(want < lo, lo, want)
+    clamped = np.where(clamped > hi, hi, clamped)
+
+    def check(isa: str) -> None:
+        for threads in (1, 2):
+            got = _native.col2im_f32(
+                cols, m, k, k, [k, k], [1, 1], [bt, bl], list(out_hw), bias, num_threads=threads
+            )
+            assert got.tobytes() == np.ascontiguousarray(want, F32).tobytes(), (isa, threads)
+            got = _native.col2im_f32(
+                cols, m, k, k, [k, k], [1, 1], [bt, bl], list(out_hw), bias, lo=lo, hi=hi, num_threads=threads
+            )
+            assert got.tobytes() == np.ascontiguousarray(clamped, F32).tobytes(), (isa, threads, "clamp")
+
+    every_isa(check)
+
+
 def test_col2im_refuses_bad_arguments() -> None:
     cols = np.zeros((1, 12, 3, 3), F32)
     with pytest.raises(ValueError, match="M\\*kh\\*kw"):

@@ -25,6 +25,7 @@
 //       "im2col_rows" | "depthwise"
 //   col2im_f32(cols: f32 [N, M·kh·kw, H, W], m, kh, kw, strides, dilations, begin (t, l),
 //              out_hw, bias=None, lo=-inf, hi=inf, num_threads=1, out=None) -> y [N, M, oh, ow]
+//       (kernel = stride, dilation 1: col2im_tiles.h, the same bytes)
 #include <pybind11/stl.h>
 
 #include <algorithm>
@@ -35,6 +36,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "sgemm/col2im_tiles.h"
 #include "sgemm/sgemm.h"
 #include "sgemm/w8.h"
 
@@ -482,9 +484,14 @@ py::array col2im_f32(const py::handle& cols_obj, int64_t m, int64_t kh, int64_t 
   if (y.size() == 0) return std::move(y);
   {
     py::gil_scoped_release release;
-    sgemm::col2im(cols.data(), n * m, m, kh, kw, cols.shape(2), cols.shape(3), strides[0], strides[1], dilations[0],
-                  dilations[1], begin[0], begin[1], out_hw[0], out_hw[1], bias_ptr, lo, hi, y.mutable_data(),
-                  num_threads);
+    if (sgemm::col2im_tiles_apply(kh, kw, strides[0], strides[1], dilations[0], dilations[1])) {
+      sgemm::col2im_tiles(cols.data(), n * m, m, kh, kw, cols.shape(2), cols.shape(3), begin[0], begin[1], out_hw[0],
+                          out_hw[1], bias_ptr, lo, hi, y.mutable_data(), num_threads, active_isa());
+    } else {
+      sgemm::col2im(cols.data(), n * m, m, kh, kw, cols.shape(2), cols.shape(3), strides[0], strides[1], dilations[0],
+                    dilations[1], begin[0], begin[1], out_hw[0], out_hw[1], bias_ptr, lo, hi, y.mutable_data(),
+                    num_threads);
+    }
   }
   return std::move(y);
 }

@@ -9,6 +9,18 @@ Rules (``optimize_float`` only: float graphs)::
     %y = Sub(%c = Conv(%x, %W, %B?), %t)                   -> %y = Conv(%x, %W, %B')
          B' = B - t    (a BatchNormalization written out as Sub, Mul, Add: TF exports)
 
+ConvTranspose (W: [C, M/group, k...], output channels on axis 1 of W) takes the shifts
+only (``FoldConvTransposeAffine``, the float runtime's pipeline)::
+
+    %y = Add(%c = ConvTranspose(%x, %W, %B?), %t)   (either order) -> %y = ConvTranspose(%x, %W, %B + t)
+    %y = Sub(%c = ConvTranspose(%x, %W, %B?), %t)                  -> %y = ConvTranspose(%x, %W, %B - t)
+
+PaddleOCR's DB heads write the ConvTranspose bias as a separate Add and a BatchNormalization
+after it; once the Add is the bias, fold_batchnorm.py's ConvTranspose fold takes the
+BatchNormalization too (three passes over the largest tensor of the model become none).
+Without a bias B the fold is exact: the ConvTranspose twin adds its bias once after the
+scatter (nn_conv.conv_transpose), the same float32 addition as the Add.
+
 ``s`` and ``t`` are float32 constants that are one value or one value per output channel
 (shape ``[M, 1, 1]``, ``[1, M, 1, 1]``: every axis 1 but the Conv output's channel axis).
 
@@ -50,18 +62,28 @@ from quanta.ir.graph import Value, result_type
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import describe
 
-__all__ = ["AddIntoConv", "FoldConvAffine", "MulIntoConv", "ScaleThroughRelu", "SubIntoConv"]
+__all__ = [
+    "AddIntoConv",
+    "AddIntoConvTranspose",
+    "FoldConvAffine",
+    "FoldConvTransposeAffine",
+    "MulIntoConv",
+    "ScaleThroughRelu",
+    "SubIntoConv",
+    "SubIntoConvTranspose",
+]
 
 
-def _per_channel(v: Value | None, w: np.ndarray) -> np.ndarray | NoMatch:
-    """The float64 factor per output channel ([M]) of a constant that broadcasts along the
-    Conv output's channel axis only (or is one value), or why not."""
+def _per_channel(v: Value | None, w: np.ndarray, m: int | None = None) -> np.ndarray | NoMatch:
+    """The float64 factor per output channel ([M]; M = w.shape[0] unless given) of a
+    constant that broadcasts along the Conv output's channel axis only (or is one value),
+    or why not."""
     if v is None or v.const is None:
         return NoMatch(f"{describe(v)} is not a constant")
     a = np.asarray(v.const)
     if a.dtype != np.float32:
         return NoMatch(f"{describe(v)} is {a.dtype}, expected float32")
-    m, rank = w.shape[0], w.ndim
+    m, rank = (w.shape[0] if m is None else m), w.ndim
     if a.size == 1:
         if a.ndim > rank:
             return NoMatch(f"{describe(v)} has rank {a.ndim} > the Conv output's {rank}")
@@ -188,3 +210,56 @@ class MulThroughReluSwapped(MulThroughRelu):
 class ScaleThroughRelu(RewritePass):
     name = "scale_through_relu"
     rules = (MulThroughRelu(), MulThroughReluSwapped())
+
+
+class _ShiftIntoConvTranspose(Rule):
+    sign = 1.0
+
+    def check(self, m: Match) -> Match | NoMatch:
+        w = m.const("W")
+        if w is None or w.dtype != np.float32:
+            return NoMatch(f"ConvTranspose weights {describe(m['W'])} are not a float32 constant")
+        if m["B"] is not None and (m.const("B") is None or m.const("B").dtype != np.float32):
+            return NoMatch(f"ConvTranspose bias {describe(m['B'])} is not a float32 constant")
+        group = int(m.node("c").attrs.get("group", 1))
+        f = _per_channel(m["k"], w, w.shape[1] * group)
+        if isinstance(f, NoMatch):
+            return f
+        m.data["f"] = f
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        f = m.data["f"]
+        bias = np.zeros(f.shape) if m["B"] is None else np.asarray(m.const("B"), np.float64)
+        conv = m.node("c")
+        y = m.value("y")
+        return b.op(
+            "ConvTranspose",
+            [m["x"], m["W"], b.const(f"{y.name}_bias", (bias + self.sign * f).astype(np.float32))],
+            conv.attrs,
+            types=result_type(shape_from=y, elem_from=y),  # the replaced Add / Sub output's contract
+            name=conv.name or None,
+            attr_types=conv.attr_types,
+        )
+
+
+class AddIntoConvTranspose(_ShiftIntoConvTranspose):
+    """%y = Add(%c = ConvTranspose(%x, %W, %B?), %k) -> %y = ConvTranspose(%x, %W, %B + k)"""
+
+    pattern = "y = Add(c = ConvTranspose(x, W, B?), k)"
+
+
+class AddIntoConvTransposeSwapped(AddIntoConvTranspose):
+    pattern = "y = Add(k, c = ConvTranspose(x, W, B?))"
+
+
+class SubIntoConvTranspose(_ShiftIntoConvTranspose):
+    """%y = Sub(%c = ConvTranspose(%x, %W, %B?), %k) -> %y = ConvTranspose(%x, %W, %B - k)"""
+
+    pattern = "y = Sub(c = ConvTranspose(x, W, B?), k)"
+    sign = -1.0
+
+
+class FoldConvTransposeAffine(RewritePass):
+    name = "fold_conv_transpose_affine"
+    rules = (AddIntoConvTranspose(), AddIntoConvTransposeSwapped(), SubIntoConvTranspose())

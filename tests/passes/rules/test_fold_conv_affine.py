@@ -137,3 +137,74 @@ def test_scale_through_a_relu_stays_where_it_is_not_positive_or_the_relu_is_shar
     # a Clip's bounds would have to scale per channel: not this rule's
     clip = [helper.make_node("Clip", ["c", "lo", "hi"], ["r"]), helper.make_node("Mul", ["r", "s"], ["y"])]
     assert scale_through(model_with(clip, {"s": s, "lo": 0.0, "hi": 6.0})) == ["Conv", "Clip", "Mul"]
+
+
+def conv_transpose_model(nodes, consts, group=1, with_bias=False):
+    """x [1, 6, 5, 7] -> ConvTranspose 2x2 stride 2 (6 -> 9 channels in `group` groups) -> nodes."""
+    rng = np.random.default_rng(11)
+    inits = [numpy_helper.from_array(rng.uniform(-0.5, 0.5, (6, 9 // group, 2, 2)).astype(F32), "w")]
+    inputs = ["x", "w"]
+    if with_bias:
+        inits.append(numpy_helper.from_array(rng.uniform(-0.5, 0.5, 9).astype(F32), "b"))
+        inputs.append("b")
+    inits += [numpy_helper.from_array(np.asarray(v, F32), k) for k, v in consts.items()]
+    graph = helper.make_graph(
+        [helper.make_node("ConvTranspose", inputs, ["c"], strides=[2, 2], group=group), *nodes],
+        "affine_t",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6, 5, 7])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def run_both(model) -> tuple[list[str], np.ndarray, np.ndarray]:
+    x = np.random.default_rng(2).standard_normal((1, 6, 5, 7)).astype(F32)
+    off = quanta.SessionOptions()
+    off.graph_optimization_level = quanta.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = quanta.InferenceSession(model, backend="reference")
+    want = quanta.InferenceSession(model, sess_options=off, backend="reference").run(None, {"x": x})[0]
+    return [s.op_type for s in sess.plan.steps], sess.run(None, {"x": x})[0], want
+
+
+def test_conv_transpose_bias_add_becomes_its_bias_exactly() -> None:
+    """PaddleOCR's DB head: ConvTranspose without a bias, then Add of a [1, M, 1, 1]
+    constant. The twin adds its bias once after the scatter: the same bytes."""
+    t = np.random.default_rng(3).uniform(-1, 1, (1, 9, 1, 1))
+    for nodes in ([helper.make_node("Add", ["c", "t"], ["y"])], [helper.make_node("Add", ["t", "c"], ["y"])]):
+        ops, got, want = run_both(conv_transpose_model(nodes, {"t": t}))
+        assert ops == ["ConvTranspose"]
+        assert got.tobytes() == want.tobytes()
+    ops, got, want = run_both(
+        conv_transpose_model([helper.make_node("Sub", ["c", "t"], ["y"])], {"t": t}, group=3)
+    )
+    assert ops == ["ConvTranspose"]
+    assert got.tobytes() == want.tobytes()
+
+
+def test_conv_transpose_bias_add_then_batchnorm_fold() -> None:
+    """Once the Add is the bias, the BatchNormalization after it folds (fold_batchnorm.py):
+    within float32 noise of the graph as written; a bias already there adds to the shift."""
+    rng = np.random.default_rng(4)
+    consts = {
+        "t": rng.uniform(-1, 1, (1, 9, 1, 1)),
+        "g": rng.uniform(0.5, 1.5, 9),
+        "beta": rng.uniform(-1, 1, 9),
+        "mean": rng.uniform(-1, 1, 9),
+        "var": rng.uniform(0.5, 1.5, 9),
+    }
+    nodes = [
+        helper.make_node("Add", ["c", "t"], ["a"]),
+        helper.make_node("BatchNormalization", ["a", "g", "beta", "mean", "var"], ["y"]),
+    ]
+    for group, with_bias in ((1, False), (3, True)):
+        ops, got, want = run_both(conv_transpose_model(nodes, consts, group=group, with_bias=with_bias))
+        assert ops == ["ConvTranspose"], (group, with_bias)
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
+
+
+def test_conv_transpose_shift_that_is_not_per_channel_stays() -> None:
+    full = np.random.default_rng(5).uniform(-1, 1, (1, 9, 10, 14))
+    ops, got, want = run_both(conv_transpose_model([helper.make_node("Add", ["c", "t"], ["y"])], {"t": full}))
+    assert ops == ["ConvTranspose", "Add"]
+    assert got.tobytes() == want.tobytes()

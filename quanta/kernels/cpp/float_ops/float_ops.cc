@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "float_ops/binary_tile.h"
 #include "qgemm/thread_pool.h"
 
 namespace quanta {
@@ -109,10 +110,63 @@ void ort_layer_norm(const float* x, float* y, int64_t rows, int64_t d, const flo
 
 // ---- binary ops: NumPy broadcasting (broadcast.h) --------------------------------------------
 
+namespace {
+
+// Longest inner run taken as tile rows (binary_tile.h): past it a run costs far more than
+// its odometer step.
+constexpr int64_t kTileInnerMax = 256;
+
+// Whether the plan is tile rows: the inner run steps in both operands and the dimension
+// around it repeats one operand's run (stride 0) while the other steps on (stride inner).
+bool is_tile(const broadcast::Plan& p) {
+  if (p.rank < 1 || p.a_step != 1 || p.b_step != 1 || p.inner > kTileInnerMax) return false;
+  const int d = p.rank - 1;
+  return (p.as[d] == 0 && p.bs[d] == p.inner) || (p.bs[d] == 0 && p.as[d] == p.inner);
+}
+
+// The output rows [r0, r1) of a tile plan: per index of the dimensions outside the last
+// outer one, a block of rows with fixed row strides (one of them 0).
+template <typename Rows>
+void for_tile_rows(const broadcast::Plan& p, int64_t r0, int64_t r1, Rows&& rows) {
+  const int d = p.rank - 1;
+  const int64_t n = p.n[d];
+  while (r0 < r1) {
+    int64_t q = r0 / n;
+    const int64_t j = r0 - q * n;
+    const int64_t len = std::min(r1 - r0, n - j);
+    int64_t a_off = j * p.as[d], b_off = j * p.bs[d];
+    for (int e = d - 1; e >= 0; --e) {
+      const int64_t idx = q % p.n[e];
+      q /= p.n[e];
+      a_off += idx * p.as[e];
+      b_off += idx * p.bs[e];
+    }
+    rows(a_off, p.as[d], b_off, p.bs[d], r0 * p.inner, len);
+    r0 += len;
+  }
+}
+
+}  // namespace
+
 void binary(BinaryOp op, const float* a, const float* b, float* c, const BroadcastShape& s, int num_threads, Isa isa) {
   if (broadcast::empty(s)) return;
   const BinaryRunFn run = kernels_for(isa).binary[static_cast<int>(op)];
   const broadcast::Plan p = broadcast::make_plan(s);
+  if (is_tile(p)) {
+    const bool vector_rows = isa == Isa::kAvx2 && (op == BinaryOp::kAdd || op == BinaryOp::kSub ||
+                                                   op == BinaryOp::kMul || op == BinaryOp::kDiv);
+    const int64_t inner = p.inner;
+    for_ranges(num_threads, p.outer, std::max<int64_t>(1, kStreamGrain / inner), [&](int64_t r0, int64_t r1) {
+      for_tile_rows(p, r0, r1, [&](int64_t ao, int64_t as, int64_t bo, int64_t bs, int64_t co, int64_t rows) {
+        if (vector_rows) {
+          binary_tile_rows_avx2(op, a + ao, as, b + bo, bs, c + co, rows, inner);
+          return;
+        }
+        for (int64_t r = 0; r < rows; ++r) run(a + ao + r * as, 1, b + bo + r * bs, 1, c + co + r * inner, inner);
+      });
+    });
+    return;
+  }
   for_ranges(num_threads, p.total(), kStreamGrain,
              [&](int64_t begin, int64_t end) { broadcast::for_each_run(a, b, c, p, begin, end, run); });
 }

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "pool/max_pool_2x2_avx2.h"
 #include "qgemm/thread_pool.h"
 
 namespace quanta {
@@ -136,6 +137,12 @@ void max_pool_2d_f32(const float* x, float* y, const Geometry2d& g, int num_thre
   // read every input once: the bordered copy would double their memory traffic; inside
   // the plane they take the direct form (no copy), else the generic loops.
   const bool overlap = (g.s_h == 1 && g.s_w == 1) || (g.k_h > g.s_h && g.k_w > g.s_w);
+  if (isa == Isa::kAvx2 && max_pool_2x2s2(g)) {
+    for_items(num_threads, g.planes, 4 * (in + out), [&](int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p) max_plane_2x2s2_avx2(x + p * in, y + p * out, g);
+    });
+    return;
+  }
   if (plane && (overlap || direct_max_pool(g)) && g.d_h == 1 && g.d_w == 1 && g.pad_t >= 0 && g.pad_l >= 0) {
     const int64_t wp = (g.out_w - 1) * g.s_w + g.k_w, padded = ((g.out_h - 1) * g.s_h + g.k_h) * wp;
     // every form's scratch (pool.h)
