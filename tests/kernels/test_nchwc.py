@@ -570,3 +570,44 @@ def test_k_by_1_of_a_column_is_its_1_by_k_twins_bytes(c, h, m, k, stride, dil, p
         2, c, h, 1, m, k, 1, (stride, 1), (dil, 1), (pad[0], 0, pad[1], 0),
         depthwise=kind == "dw", input_nchw=input_nchw,
     )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "c,m,h,w,strides,dilations,pads,clamp,post",
+    [
+        (3, 24, 7, 7, (1, 1), (1, 1), (1, 1, 1, 1), (0.0, INF), ""),  # interior 5: 3 + 2
+        (7, 40, 15, 15, (1, 1), (1, 1), (1, 1, 1, 1), (-INF, INF), "SiLU"),  # 2 + 1 blocks, interior 13
+        (17, 64, 9, 12, (1, 1), (1, 1), (1, 0, 1, 2), (-1.0, 1.0), ""),  # interior 10 (remainder 1)
+        (24, 24, 17, 31, (2, 2), (1, 1), (1, 1, 1, 1), (0.0, 6.0), ""),  # stride 2, interior 14
+        (40, 48, 13, 11, (1, 2), (2, 1), (2, 1, 2, 1), (-INF, INF), "HardSwish"),
+        (17, 32, 3, 3, (1, 1), (1, 1), (1, 1, 1, 1), (0.0, INF), ""),  # interior 1: all borders
+        (24, 32, 30, 30, (1, 1), (1, 1), (1, 1, 1, 1), (0.0, INF), ""),  # interior 28
+        (40, 17, 8, 60, (1, 1), (1, 1), (1, 1, 1, 1), (-INF, INF), "SiLU"),  # one block, interior 58
+    ],
+)
+def test_group_1_gives_the_same_bytes_on_every_isa(c, m, h, w, strides, dilations, pads, clamp, post) -> None:
+    """Every ISA runs the same per-element chains (input channel block, ky, kx, lane; then
+    the bias, the clamp, the post op), whatever its tiles: 3 pixels x 2 output blocks,
+    6 x 1 for a last odd block, border pairs and input channel passes with the next pass's
+    weights prefetched on AVX2; one pixel x one block on the portable kernels, which state
+    the order in scalar std::fma steps. So
+    the bytes do not depend on the ISA, nor on the thread count; each is also within (FG1)
+    of float64 (check_conv)."""
+    rng = np.random.default_rng(c * m + h * w)
+    x5 = twin.to_nchwc(normal(rng, 2, c, h, w))
+    wt, b = normal(rng, m, c, 3, 3), normal(rng, m)
+    packed = _native.conv_nchwc_pack_f32(wt, 1)
+    kind, params = POSTS[post]
+    outs = {}
+
+    def run(isa: str) -> None:
+        for threads in (1, 2):
+            y = _native.conv_nchwc_f32(
+                x5, packed, b, m, c, 3, 3, list(strides), list(dilations), list(pads), 1, *clamp, threads,
+                None, kind, params,
+            )  # fmt: skip
+            outs[isa, threads] = y.tobytes()
+
+    every_isa(run)
+    assert len(set(outs.values())) == 1, list(outs)
+    check_conv(2, c, h, w, m, 3, 3, strides, dilations, pads, lo=clamp[0], hi=clamp[1], post=post)
