@@ -119,8 +119,7 @@ def test_dilation_and_a_wide_image(isa):
 
 
 def test_refusals_name_the_argument():
-    inputs, attrs = case(7, 9, 3, 1, 1, np.uint8, False, 3)
-    x, sx, zx, wq, sw, zw, sy, zy, b = inputs
+    (x, sx, _, wq, sw, _, sy, _, b), _ = case(7, 9, 3, 1, 1, np.uint8, False, 3)
     with pytest.raises(ValueError, match="group must divide"):
         _native.mlas_qconv_pack(wq, np.zeros(9, np.int32), 2)
     packed = _native.mlas_qconv_pack(wq, np.zeros(9, np.int32), 1)

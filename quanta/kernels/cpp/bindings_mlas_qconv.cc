@@ -59,8 +59,8 @@ py::array run(const std::shared_ptr<Packed>& pw, const py::array& x_any, bool x_
     void* yp = y.mutable_data();
     std::shared_ptr<Packed> keep = pw;
     run_or_record([=]() {
-      mlas_qconv::conv(*keep, xp, x_signed, static_cast<int32_t>(zx), bias.empty() ? nullptr : bias.data(),
-                       mult.data(), static_cast<int32_t>(zy), y_signed, yp, g, num_threads);
+      mlas_qconv::conv(*keep, xp, x_signed, static_cast<int32_t>(zx), bias.empty() ? nullptr : bias.data(), mult.data(),
+                       static_cast<int32_t>(zy), y_signed, yp, g, num_threads);
     });
     return y;
   };
@@ -86,8 +86,8 @@ py::array mlas_qconv_call(const py::handle& x_obj, const std::shared_ptr<Packed>
   g.f = pw->f;
   g.kh = pw->kh;
   g.kw = pw->kw;
-  need(x_any.shape(1) == g.group * g.c, "x has " + std::to_string(x_any.shape(1)) + " channels, the weights " +
-                                            std::to_string(g.group * g.c));
+  need(x_any.shape(1) == g.group * g.c,
+       "x has " + std::to_string(x_any.shape(1)) + " channels, the weights " + std::to_string(g.group * g.c));
   g.h = x_any.shape(2);
   g.w = x_any.shape(3);
   g.sh = strides[0];
@@ -130,8 +130,8 @@ void register_mlas_qconv(py::module_& m) {
   m.def("mlas_qconv_pack", &pack, py::arg("w"), py::arg("zero_point"), py::arg("group") = 1,
         py::arg("isa") = py::none(), "MlasQLinearConv's weights, packed once (saturating pairs, (QC1)-(QC2)).");
   m.def("mlas_qconv", &mlas_qconv_call, py::arg("x"), py::arg("packed"), py::arg("zx"), py::arg("multiplier"),
-        py::arg("zy"), py::arg("y_signed"), py::arg("bias"), py::arg("strides"), py::arg("dilations"),
-        py::arg("pads"), py::arg("num_threads") = 1, py::arg("out") = py::none(),
+        py::arg("zy"), py::arg("y_signed"), py::arg("bias"), py::arg("strides"), py::arg("dilations"), py::arg("pads"),
+        py::arg("num_threads") = 1, py::arg("out") = py::none(),
         "ONNX Runtime's QLinearConv with u8·s8 pairs saturating to int16 (eqs. (QC1)-(QC4)).");
 }
 

@@ -143,8 +143,8 @@ void conv(const Packed& pw, const void* x, bool x_signed, int32_t zx, const int3
   const uint8_t flip = x_signed ? 0x80 : 0;
   const int32_t zxu = x_signed ? zx + 128 : zx;
   // a 1x1 Conv of stride 1 without pads reads xt itself (row stride G·C)
-  const bool pointwise = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pl == 0 &&
-                         g.oh == g.h && g.ow == g.w;
+  const bool pointwise =
+      g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pl == 0 && g.oh == g.h && g.ow == g.w;
   xt.resize(static_cast<size_t>(hw * ctot));
   if (!pointwise) cols.resize(static_cast<size_t>(rows * k));
   yt.resize(static_cast<size_t>(rows * ftot));
