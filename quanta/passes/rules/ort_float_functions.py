@@ -115,8 +115,9 @@ MLAS's u8·s8 kernels, which on x86 without VNNI sum two adjacent products of ra
 into a saturating int16 (``vpmaddubsw``; :mod:`quanta.kernels.reference.mlas_qconv`,
 docs/float-ops.md (QC1)-(QC4)); quanta's integer Conv sums exactly. ppocr_cls quantized
 by ORT's default QDQ recipe (an image at zero point 128, asymmetric weights) differs on
-10,114 of 18,432 codes of its first Conv group. The session asks for this rule only with
-``float_functions="ort"`` by name and on a CPU where ORT's kernels saturate.
+10,114 of 18,432 codes of its first Conv group. The session asks for this rule with
+``float_functions`` "ort" (or "auto" on a file ORT's quantizer wrote) on a CPU where
+ORT's kernels saturate.
 
 Dynamic int8 GEMMs: the same u8·s8 kernels compute ORT's MatMulInteger (fused by ORT into
 MatMulIntegerToFloat / DynamicQuantizeMatMul) and DynamicQuantizeLSTM when the weights are
