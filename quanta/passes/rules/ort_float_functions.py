@@ -815,17 +815,22 @@ class MatMulIntegerSaturatingPairs(Rule):
 
     def rewrite(self, m: Match, b: Builder) -> Sequence[Value] | Value:
         node = m.root
-        return b.op(
+        new = b.op(
             node.op_type,
             list(node.inputs),
             {**node.attrs, "saturating_pairs": 1},
-            types=[result_type(shape_from=o, elem_from=o) for o in node.outputs],
+            # an output the file omits has no type (an LSTM's Y): it keeps none
+            types=[None if o.type is None else result_type(shape_from=o, elem_from=o) for o in node.outputs],
             domain=node.domain,
             name=node.name or None,
             out_names=[o.name for o in node.outputs],
             n_outputs=len(node.outputs),
             attr_types=getattr(node, "attr_types", None),
         )
+        # and stays omitted: DynamicQuantizeLSTM without Y computes its H block otherwise
+        for old, v in zip(node.outputs, new if isinstance(new, Sequence) else [new], strict=True):
+            v.doc = old.doc
+        return new
 
 
 class MatMulIntegerToFloatSaturatingPairs(MatMulIntegerSaturatingPairs):
