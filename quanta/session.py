@@ -91,10 +91,16 @@ class SessionOptions:
     #: kernels, docs/float-ops.md) or as ONNX Runtime computes them ("ort": MLAS's
     #: rational approximations, ORT's folded batch-norm scale and shift, its truncating
     #: linear Resize of 8-bit codes, what a file made for ORT was calibrated with); "auto": "ort" for a file ORT's quantizer wrote
-    #: (producer "onnx.quantize"), else "onnx". "ort" by name also runs the QDQ Conv
-    #: groups ORT leaves float in MLAS's float order (bit-identical to ORT at this
-    #: session's thread count, slower than quanta's exact integer sum, which "auto" keeps).
-    #: docs/float-ops.md, "ONNX Runtime's functions" and "ONNX Runtime's float convolution".
+    #: (producer "onnx.quantize"), else "onnx". Both "ort" and "auto" on such a file run
+    #: ORT's u8·s8 integer groups (the Conv groups it fuses, MatMulInteger and its fused
+    #: forms, DynamicQuantizeLSTM) with ORT's int16-saturating pairs of products on a CPU
+    #: whose ORT kernels saturate (x86 without VNNI; elsewhere ORT's sum is exact, as
+    #: quanta's), natively and no slower than the exact sum. "ort" by name also runs the
+    #: QDQ Conv groups ORT leaves float in MLAS's float order (bit-identical to ORT at this
+    #: session's thread count, slower than quanta's exact integer sum, which "auto" keeps:
+    #: effword_resnet50 1.11x ORT's time with it, 0.80x without).
+    #: docs/float-ops.md, "ONNX Runtime's functions", (QC1)-(QC4), (QM1) and "ONNX
+    #: Runtime's float convolution".
     float_functions: str = "auto"
 
     #: quanta's own: run a MatMul whose weight the file stores as 8-bit integers times a
@@ -259,12 +265,15 @@ class InferenceSession:
                 if self._options.float_functions == "ort"
                 else None
             )
-            # by name also the Conv groups ORT fuses, as its u8·s8 kernels compute them on
-            # this CPU (pairs of products saturate without VNNI: reference/mlas_qconv.py)
+            # "auto" and "ort": the Conv groups ORT fuses and its u8·s8 integer GEMMs as its
+            # kernels compute them on this CPU (pairs of products saturate without VNNI:
+            # reference/mlas_qconv.py, docs/float-ops.md (QC1)-(QC4), (QM1)); native, at
+            # the exact sum's speed or faster. On a VNNI CPU ORT's sum is exact: nothing
+            # changes.
             from quanta.passes.rules.ort_integer_resize import OrtIntegerResize
             from quanta.quantize.ort_saturation import onnxruntime_int8_saturates
 
-            saturates = self._options.float_functions == "ort" and onnxruntime_int8_saturates()
+            saturates = onnxruntime_int8_saturates()
             PassManager(
                 [
                     OrtFloatFunctions(threads=threads, u8s8_saturates=saturates, opset=model.opset()),

@@ -39,6 +39,7 @@ PYBIND11_MODULE(_native, m) {
   register_elementwise(m);
   register_conv(m);
   register_mlas_conv(m);
+  register_mlas_qconv(m);
   register_layout(m);
   register_float_ops(m);
   register_pool(m);

@@ -77,6 +77,7 @@ void register_mx(py::module_& m);
 void register_nchwc(py::module_& m);
 void register_program(py::module_& m);
 void register_mlas_conv(py::module_& m);
+void register_mlas_qconv(py::module_& m);
 
 // Shapes, thread counts and output aliasing, checked the same way (and named in the same
 // words) by every binding family.

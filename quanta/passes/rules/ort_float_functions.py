@@ -117,8 +117,9 @@ MLAS's u8·s8 kernels, which on x86 without VNNI sum two adjacent products of ra
 into a saturating int16 (``vpmaddubsw``; :mod:`quanta.kernels.reference.mlas_qconv`,
 docs/float-ops.md (QC1)-(QC4)); quanta's integer Conv sums exactly. ppocr_cls quantized
 by ORT's default QDQ recipe (an image at zero point 128, asymmetric weights) differs on
-10,114 of 18,432 codes of its first Conv group. The session asks for this rule only with
-``float_functions="ort"`` by name and on a CPU where ORT's kernels saturate.
+10,114 of 18,432 codes of its first Conv group. The session asks for this rule with
+``float_functions`` "ort" (or "auto" on a file ORT's quantizer wrote) on a CPU where
+ORT's kernels saturate.
 
 Dynamic int8 GEMMs: the same u8·s8 kernels compute ORT's MatMulInteger (fused by ORT into
 MatMulIntegerToFloat / DynamicQuantizeMatMul) and DynamicQuantizeLSTM when the weights are
@@ -878,17 +879,22 @@ class MatMulIntegerSaturatingPairs(Rule):
 
     def rewrite(self, m: Match, b: Builder) -> Sequence[Value] | Value:
         node = m.root
-        return b.op(
+        new = b.op(
             node.op_type,
             list(node.inputs),
             {**node.attrs, "saturating_pairs": 1},
-            types=[result_type(shape_from=o, elem_from=o) for o in node.outputs],
+            # an output the file omits has no type (an LSTM's Y): it keeps none
+            types=[None if o.type is None else result_type(shape_from=o, elem_from=o) for o in node.outputs],
             domain=node.domain,
             name=node.name or None,
             out_names=[o.name for o in node.outputs],
             n_outputs=len(node.outputs),
             attr_types=getattr(node, "attr_types", None),
         )
+        # and stays omitted: DynamicQuantizeLSTM without Y computes its H block otherwise
+        for old, v in zip(node.outputs, new if isinstance(new, Sequence) else [new], strict=True):
+            v.doc = old.doc
+        return new
 
 
 class MatMulIntegerToFloatSaturatingPairs(MatMulIntegerSaturatingPairs):

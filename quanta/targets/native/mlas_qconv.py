@@ -4,14 +4,18 @@ VNNI compute it (pairs of products saturate to int16).
 =================  ==============================================  ======================
 operator           native call                                      twin (bit for bit)
 =================  ==============================================  ======================
-quanta             the twin's NumPy: the exact sum as one float64   reference/mlas_qconv.py
-MlasQLinearConv    GEMM (BLAS; products of codes are exact below    ``mlas_qlinear_conv``,
-                   2^53), the saturated pairs' correction formed    eqs. (QC1)-(QC4)
-                   only for weight pairs that can leave int16
+quanta             ``mlas_qconv``: per image the (kh, kw, c)        reference/mlas_qconv.py
+MlasQLinearConv    im2col (zx outside x; a 1x1 Conv of stride 1     ``mlas_qlinear_conv``,
+                   reads x itself), one qgemm per group on          eqs. (QC1)-(QC4)
+                   weights packed for its saturating vpmaddubsw
+                   family (portable: the same pairs in scalar
+                   C++), ORT's requantization in its epilogue
 =================  ==============================================  ======================
 
-No C++ kernel: the op runs only with ``float_functions="ort"`` by name, on files ORT's
-tool wrote, to reproduce ORT's codes on CPUs whose ORT kernels saturate.
+The weights are packed once, at bind time, with the per-channel multipliers m[f] =
+f32(f32(sx·sw[f]) / sy) of (QC4), the zero points and the bias codes: the rule that
+writes the node (QdqConvToMlasQLinearConv) makes all of them constants. A node whose
+parameters are not constants, or whose x is not 4-D, runs on the twin.
 """
 
 from __future__ import annotations
@@ -24,10 +28,17 @@ from quanta.ir.graph import Model, Node
 from quanta.kernels.reference.mlas_qconv import QUANTA_DOMAIN, mlas_qlinear_conv_op
 from quanta.targets.base import Kernel
 from quanta.targets.native import register_binder
+from quanta.targets.native._values import const_of
+from quanta.targets.native._values import threads as _threads
 from quanta.targets.native.a16w8 import _blas
 
+try:
+    from quanta.kernels import _native
+except ImportError:  # the binders only run when the extension is built
+    _native = None
 
-def _mlas_qlinear_conv(ctx: Any, *inputs: Any, out: Any = None, **attrs: Any) -> np.ndarray:
+
+def _twin(ctx: Any, *inputs: Any, out: Any = None, **attrs: Any) -> np.ndarray:
     # one BLAS thread: the products are small, and a BLAS pool spinning against the
     # session's own threads took 17 ms for a 144 x 88 x 88 product (0.07 ms on one)
     with _blas().limit(limits=1, user_api="blas"):
@@ -38,8 +49,79 @@ def _mlas_qlinear_conv(ctx: Any, *inputs: Any, out: Any = None, **attrs: Any) ->
     return out
 
 
+def multipliers(sx: np.ndarray, sw: np.ndarray, sy: np.ndarray, f: int) -> np.ndarray:
+    """(QC4)'s m[f] = f32(f32(sx·sw[f]) / sy), float32 [F] (the twin's arithmetic)."""
+    m = (np.float32(np.asarray(sx).reshape(-1)[0]) * np.asarray(sw, np.float32).reshape(-1)) / np.float32(
+        np.asarray(sy).reshape(-1)[0]
+    )
+    return np.ascontiguousarray(np.broadcast_to(m.astype(np.float32), (f,)))
+
+
+def _mlas_qconv(
+    ctx: Any,
+    x: np.ndarray,
+    *inputs: Any,
+    out: np.ndarray | None = None,
+    call: dict[str, Any],
+    **attrs: Any,
+) -> np.ndarray:
+    """One ``mlas_qconv`` call with the bound constants (x 4-D), else the twin."""
+    x = np.asarray(x)
+    if x.ndim != 4 or x.dtype not in (np.uint8, np.int8):
+        return _twin(ctx, x, *inputs, out=out, **attrs)
+    return _native.mlas_qconv(
+        np.ascontiguousarray(x),
+        call["packed"],
+        call["zx"],
+        call["multiplier"],
+        call["zy"],
+        call["y_signed"],
+        call["bias"],
+        call["strides"],
+        call["dilations"],
+        call["pads"],
+        _threads(ctx),
+        out,
+    )
+
+
+def _call(node: Node) -> tuple[dict[str, Any] | None, str]:
+    """The node's packed weights and constants, or None and the reason (twin)."""
+    names = ("x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "b")
+    consts = {k: const_of(v) for k, v in zip(names[1:], node.inputs[1:], strict=False)}
+    if any(consts.get(k) is None for k in names[1:8]):
+        return None, "scales, zero points or weights are not constants"
+    w = np.ascontiguousarray(consts["w"])
+    if w.dtype != np.int8 or w.ndim != 4:
+        return None, f"w {w.dtype} of rank {w.ndim} (int8, 2-D Convs only)"
+    f, group = w.shape[0], int(node.attrs.get("group", 1))
+    if group < 1 or f % group:
+        return None, f"group {group} does not divide the {f} filters"
+    zw = np.ascontiguousarray(np.broadcast_to(np.asarray(consts["zw"]).astype(np.int32).reshape(-1), (f,)))
+    zy = np.asarray(consts["zy"])
+    b = consts.get("b")
+    pads = [int(v) for v in node.attrs.get("pads", [0, 0, 0, 0])]
+    return {
+        "packed": _native.mlas_qconv_pack(w, zw, group),
+        "zx": int(np.asarray(consts["zx"]).reshape(-1)[0]),
+        "multiplier": multipliers(consts["sx"], consts["sw"], consts["sy"], f),
+        "zy": int(zy.reshape(-1)[0]),
+        "y_signed": zy.dtype == np.int8,
+        "bias": None if b is None else np.ascontiguousarray(np.asarray(b).astype(np.int32).reshape(-1)),
+        "strides": [int(v) for v in node.attrs.get("strides", [1, 1])],
+        "dilations": [int(v) for v in node.attrs.get("dilations", [1, 1])],
+        "pads": [pads[0], pads[1], pads[2], pads[3]],
+    }, ""
+
+
 @register_binder("MlasQLinearConv", QUANTA_DOMAIN)
 def bind_mlas_qlinear_conv(model: Model, node: Node) -> tuple[Kernel | None, str]:
-    """quanta MlasQLinearConv: the twin's vector code (module docstring)."""
-    del model, node  # unused
-    return Kernel(_mlas_qlinear_conv, "native", "numpy:mlas_qlinear_conv", out=True), ""
+    """quanta MlasQLinearConv: ``mlas_qconv`` on weights packed here, once (module
+    docstring); the twin where the parameters are not constants."""
+    del model  # unused
+    if _native is None or not hasattr(_native, "mlas_qconv"):
+        return Kernel(_twin, "native", "numpy:mlas_qlinear_conv", out=True), ""
+    call, why = _call(node)
+    if call is None:
+        return Kernel(_twin, "native", "numpy:mlas_qlinear_conv", fallback=why, out=True), ""
+    return Kernel(_mlas_qconv, "native", "native:mlas_qconv", params={"call": call}, out=True), ""

@@ -201,3 +201,29 @@ def test_rule_runs_only_where_onnxruntime_saturates():
     model = load(qdq_conv_proto(3, 8, 3, 2, 1, TensorProto.UINT8, False, seed=2))
     result = run_passes(model, [OrtFloatFunctions(threads=2)])
     assert result.fired("QdqConvToMlasQLinearConv") == 0
+
+
+@pytest.mark.parametrize("saturates", [True, False])
+def test_auto_on_onnxruntimes_file_follows_the_hosts_sum(saturates, monkeypatch):
+    """ "auto" on a file ORT's quantizer wrote: where ORT's u8·s8 kernels saturate, the fused
+    Conv group is MlasQLinearConv on the native kernel (ORT's codes where this host is such
+    a host); on a VNNI host (exact: ORT's sum is quanta's) it stays quanta's integer Conv."""
+    import quanta.quantize.ort_saturation as ort_saturation
+    from quanta.session import InferenceSession, SessionOptions
+
+    monkeypatch.setattr(ort_saturation, "onnxruntime_int8_saturates", lambda *a, **k: saturates)
+    proto = qdq_conv_proto(7, 9, 3, 1, 0, TensorProto.UINT8, True, seed=4)
+    so = SessionOptions(enable_profiling=True)
+    so.intra_op_num_threads = 2
+    sess = InferenceSession(proto, so)
+    exact = InferenceSession(proto, SessionOptions(float_functions="onnx"), backend="reference")
+    differ = 0
+    for seed in range(3):
+        feed = qdq_feed(7, seed)
+        got = sess.run(None, feed)[0]
+        differ += int(np.count_nonzero(got != exact.run(None, feed)[0]))
+        if saturates and onnxruntime_int8_saturates():
+            np.testing.assert_array_equal(got, ort_run(proto, feed)[0])
+    kernels = {(st.op_type, st.kernel) for st in sess.profile_summary(top=1000).steps}
+    assert (("MlasQLinearConv", "native:mlas_qconv") in kernels) == saturates
+    assert (differ > 0) == saturates

@@ -1,0 +1,64 @@
+// quanta::MlasQLinearConv: ONNX Runtime's QLinearConv of uint8 (or int8) x and int8 w as
+// its u8·s8 kernels without VNNI compute it (reference/mlas_qconv.py, docs/float-ops.md
+// (QC1)-(QC4)). Per image and group, p = (oh, ow), k = (i, j, c):
+//
+//   a[p, k] = x'[c, oh·sh − pt + i·dh, ow·sw − pl + j·dw]  (zx' outside x)              (QC1)
+//   acc[p, f] = Σ_j sat16(a[p, 2j]·w[f, 2j] + a[p, 2j+1]·w[f, 2j+1])                    (QC2)
+//   acc −= zx'·Σ_k w[f, k] + zw[f]·Σ_k a[p, k] − K·zx'·zw[f];  acc += B[f]              (QC3)
+//   y[f, p] = sat(rne(f32(f32(acc) · m[f])) + zy)                                       (QC4)
+//
+// x' = x for uint8 x; x + 128 (and zx' = zx + 128) for int8 x, as ORT's QDQS8ToU8
+// transformer makes it. m[f] = f32(f32(sx·sw[f]) / sy) is the caller's.
+//
+// Paths: AVX2 (also on AVX-512 hosts, whose ORT without VNNI runs the same vpmaddubsw
+// pairs) is qgemm's saturating family (qgemm.h pack_weights `saturating`): vpmaddubsw
+// clips each pair by itself, the zero points and the requantization are qgemm's exact
+// epilogue (its folded form equals (QC3) term by term, its Requant::kFloat equals (QC4)).
+// Portable: the same pairs, clipped in scalar C++. A grouped Conv is one GEMM per group
+// into its columns of an [P, G·F] NHWC block, then transposed to NCHW.
+//
+// Threads: qgemm splits each GEMM (same bytes for any count); the im2col and the
+// transposes are copies on the caller.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "qgemm/qgemm.h"
+
+namespace quanta {
+namespace mlas_qconv {
+
+struct Geometry {
+  int64_t batch, group;
+  int64_t c, h, w;  // input channels per group, input height and width
+  int64_t f;        // filters per group
+  int64_t kh, kw;   // kernel
+  int64_t oh, ow;   // output
+  int64_t sh, sw, dh, dw, pt, pl;
+};
+
+// The weights of one node, prepacked once: per group [K, f] in (i, j, c) order.
+struct Packed {
+  int64_t group = 1, f = 0, c = 0, kh = 0, kw = 0;  // f, c per group
+  bool avx2 = false;
+  std::vector<std::shared_ptr<qgemm::PackedWeights>> gemm;  // avx2: one per group
+  std::vector<int8_t> w;                                    // portable: [group·f, K]
+  std::vector<int32_t> zw;                                  // [group·f]
+  std::vector<int64_t> wsum;                                // [group·f]: Σ_k w[f, k]
+  int64_t k() const { return kh * kw * c; }
+};
+
+// w [group·f, c, kh, kw] int8 (C-contiguous), zw [group·f] (int8 range).
+std::shared_ptr<Packed> pack(const int8_t* w, const int32_t* zw, int64_t group, int64_t f, int64_t c, int64_t kh,
+                             int64_t kw, bool avx2);
+
+// x [batch, group·c, h, w] codes (int8 when x_signed), zx in x's range; bias [group·f] or
+// null; multiplier [group·f] (finite, > 0); zy in y's range; y [batch, group·f, oh, ow]
+// (int8 when y_signed).
+void conv(const Packed& pw, const void* x, bool x_signed, int32_t zx, const int32_t* bias, const float* multiplier,
+          int32_t zy, bool y_signed, void* y, const Geometry& g, int num_threads);
+
+}  // namespace mlas_qconv
+}  // namespace quanta
