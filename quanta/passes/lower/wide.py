@@ -22,7 +22,6 @@ import numpy as np
 
 from quanta.ir.graph import Node, Value, result_type
 from quanta.ir.types import IntType, QuantType, TensorType
-from quanta.kernels.reference.requant16 import affine16, affine16_params
 from quanta.passes.lower.lookup import group_table, lookup_codes
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import describe, node_qtype
@@ -409,23 +408,31 @@ class LowerAffine16(Rule):
         lo: float | None,
         hi: float | None,
     ) -> int:
-        """How many of the 65536 codes eq. (E1) maps elsewhere than the float group does."""
+        """How many of the 65536 codes eq. (E1) maps elsewhere than the float group does:
+        both computed by the reference kernels (the injected evaluator), the map as a
+        detached QLinearAffine16 node over every code."""
         assert self.evaluator is not None and isinstance(qy.storage, IntType)
         table = group_table(self.evaluator, dq, [op], m.root, qx, qy, None)
-        out = np.dtype(qy.storage.numpy)
-        params = affine16_params(
-            np.asarray(dq.input(1).const),
-            None if dq.input(2) is None else np.asarray(dq.input(2).const),
-            np.asarray(m.const("sy")),
-            None if m["zy"] is None else np.asarray(m["zy"].const),
-            a,
-            b,
-            out,
-            lo,
-            hi,
+        attrs: dict[str, object] = {"function": op.op_type}
+        if lo is not None:
+            attrs["y_min"] = float(lo)
+        if hi is not None:
+            attrs["y_max"] = float(hi)
+        probe = Node("QLinearAffine16", [], [Value("codes")], attrs, domain=QUANTA_DOMAIN)
+        zx, zy = dq.input(2), m["zy"]
+        (mapped,) = self.evaluator(
+            probe,
+            [
+                lookup_codes(np.dtype(qx.storage.numpy)),  # type: ignore[union-attr]
+                np.asarray(dq.input(1).const),
+                None if zx is None else np.asarray(zx.const),
+                np.asarray(m.const("sy")),
+                np.zeros((), qy.storage.numpy) if zy is None else np.asarray(zy.const),
+                np.asarray(a, np.float64),
+                np.asarray(b, np.float64),
+            ],
         )
-        mapped = affine16(lookup_codes(np.dtype(qx.storage.numpy)), *params, out)  # type: ignore[union-attr]
-        return int(np.count_nonzero(mapped != table))
+        return int(np.count_nonzero(np.asarray(mapped) != table))
 
     @staticmethod
     def _affine(
