@@ -32,10 +32,13 @@ def isa(request):
     native.clear_isa()
 
 
-def _model(dt, shape, *, conv: bool, leak: bool = False, two_inputs: bool = False) -> bytes:
+def _model(
+    dt, shape, *, conv: bool, leak: bool = False, two_inputs: bool = False, no_div: bool = False
+) -> bytes:
     """x -> Q/DQ [-> Conv 3x3 (uint8 weight, per-channel scales) -> Q/DQ -> BN -> Q/DQ]
     -> HardSwish written out (Add 3, Mul, Div 6, each -> Q/DQ) -> out. ``leak``: x + 3 is
-    also a graph output; ``two_inputs``: the Mul reads a second input instead of x."""
+    also a graph output; ``two_inputs``: the Mul reads a second input instead of x;
+    ``no_div``: the group ends at the Mul (x · (x + 3))."""
     unsigned = dt is np.uint16
     rng = np.random.default_rng(5)
     c = shape[1]
@@ -88,8 +91,10 @@ def _model(dt, shape, *, conv: bool, leak: bool = False, two_inputs: bool = Fals
         outputs.append(helper.make_tensor_value_info("add_out", TensorProto.FLOAT, None))
     nodes.append(helper.make_node("Mul", [second, a], ["mul"]))
     m = qdq("mul", "mul", 21.0 / 65535, zm)
-    nodes.append(helper.make_node("Div", [m, const("six", F32(6.0))], ["div"]))
-    y = qdq("div", "div", 3.3 / 65535, zy)
+    y = m
+    if not no_div:
+        nodes.append(helper.make_node("Div", [m, const("six", F32(6.0))], ["div"]))
+        y = qdq("div", "div", 3.3 / 65535, zy)
     nodes.append(helper.make_node("Identity", [y], ["out"]))
     graph = helper.make_graph(nodes, "hardswish16", inputs, outputs, inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
@@ -137,6 +142,22 @@ def test_every_code_through_the_table_is_the_unfused_steps(isa, dt, monkeypatch)
     want, twin = plain.run(None, x)[0], ref.run(None, x)[0]
     assert got.tobytes() == want.tobytes() == twin.tobytes()
     assert len(np.unique(got)) > 1000  # the group is not flat over the codes
+
+
+@pytest.mark.parametrize("dt", [np.uint16, np.int16])
+def test_a_group_ending_in_a_product_of_codes_is_composed(isa, dt, monkeypatch):
+    """x · (x + 3) with no Div after it: the root is QLinearMul16 (each alternative of the
+    rule's pattern names its domain), one table, the unfused bytes on every code."""
+    shape = (1, 16, 64, 64)
+    blob = _model(dt, shape, conv=False, no_div=True)
+    x = {"x": _every_code(dt, shape)}
+    sess = quanta.InferenceSession(blob)
+    assert _steps(sess).count("QLinearLookup") == 1 and "QLinearMul16" not in _steps(sess), _steps(sess)
+    got = sess.run(None, x)[0]
+    _unfused(monkeypatch)
+    plain = quanta.InferenceSession(blob)
+    assert "QLinearMul16" in _steps(plain)
+    assert got.tobytes() == plain.run(None, x)[0].tobytes()
 
 
 @pytest.mark.parametrize("dt", [np.uint16, np.int16])

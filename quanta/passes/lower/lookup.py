@@ -572,7 +572,10 @@ class ComposeCodeMaps16(Rule):
     Refused: no evaluator, a member with per-axis parameters, a group reading two tensors,
     a group value used outside the group, more than ``MAX_GROUP`` members."""
 
-    pattern = "y = quanta::QLinearAffine16|QLinearMul16|QLinearAdd16|QLinearLookup(...)"
+    # (a domain names one alternative: each is written with its own)
+    pattern = (
+        "y = quanta::QLinearAffine16|quanta::QLinearMul16|quanta::QLinearAdd16|quanta::QLinearLookup(...)"
+    )
 
     def __init__(self, evaluator: Evaluator | None = None) -> None:
         self.evaluator = evaluator
