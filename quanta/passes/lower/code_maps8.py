@@ -35,10 +35,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from quanta.ir.graph import Node, Value, result_type
+from quanta.ir.graph import Node, Value
 from quanta.ir.op_facts import MS as MS_DOMAIN
-from quanta.passes.lower.lookup import MAX_GROUP, QUANTA_DOMAIN, lookup_codes
-from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
+from quanta.passes.lower.code_group import QUANTA_DOMAIN, CodeGroupRule, CodeSpec
+from quanta.passes.pattern import RewritePass
 from quanta.passes.rules._util import describe
 from quanta.passes.rules.fold_constants import Evaluator
 
@@ -48,7 +48,7 @@ _EIGHT_BIT = (np.dtype(np.uint8), np.dtype(np.int8))
 
 #: (domain, op) of the members -> (the activation inputs, {activation input: its (scale,
 #: zero point) inputs, "y": the output's})
-CODE_MAPS8: dict[tuple[str, str], tuple[tuple[int, ...], dict[int | str, tuple[int, int]]]] = {
+CODE_MAPS8: dict[tuple[str, str], CodeSpec] = {
     (MS_DOMAIN, "QLinearAdd"): ((0, 3), {0: (1, 2), 3: (4, 5), "y": (6, 7)}),
     (MS_DOMAIN, "QLinearMul"): ((0, 3), {0: (1, 2), 3: (4, 5), "y": (6, 7)}),
     (MS_DOMAIN, "QLinearSigmoid"): ((0,), {0: (1, 2), "y": (3, 4)}),
@@ -103,118 +103,26 @@ def _refusal(n: Node) -> str:
     return ""
 
 
-class ComposeCodeMaps8(Rule):
+class ComposeCodeMaps8(CodeGroupRule):
     """A group of 8-bit elementwise ops that is a function of one tensor's codes ->
-    ``quanta::QLinearLookup`` (module docstring, (T7))."""
+    ``quanta::QLinearLookup`` (module docstring, (T7); the walk and the table:
+    passes/lower/code_group.py)."""
 
     # (a domain names one alternative: each is written with its own)
     pattern = (
         "y = com.microsoft::QLinearAdd|com.microsoft::QLinearMul|com.microsoft::QLinearSigmoid"
         "|com.microsoft::QLinearLeakyRelu(...)"
     )
+    entries = 256
 
-    def __init__(self, evaluator: Evaluator | None = None) -> None:
-        self.evaluator = evaluator
+    def spec(self, n: Node) -> CodeSpec:
+        return CODE_MAPS8[(n.domain, n.op_type)]
 
-    def check(self, m: Match) -> Match | NoMatch:
-        if self.evaluator is None:
-            return NoMatch("no evaluator to compute the table with (the runtime injects one)")
-        why = _refusal(m.root)
-        if why:
-            return NoMatch(why)
-        # grown to a fixed point: a producer joins once every reader of its result is a
-        # member, which may only hold after a later member joined (x · Sigmoid(x))
-        members: dict[int, Node] = {id(m.root): m.root}
-        outputs = {id(o) for o in m.graph.outputs}
-        grown = True
-        while grown:
-            grown = False
-            for n in list(members.values()):
-                for i in CODE_MAPS8[(n.domain, n.op_type)][0]:
-                    v = n.inputs[i]
-                    assert v is not None  # typed 8-bit by _refusal
-                    p = v.producer
-                    if (
-                        v.is_const
-                        or p is None
-                        or id(p) in members
-                        or _refusal(p)
-                        or id(v) in outputs
-                        or not all(id(c) in members for c in v.consumers())
-                    ):
-                        continue
-                    members[id(p)] = p
-                    grown = True
-                    if len(members) > MAX_GROUP:
-                        return NoMatch(f"more than {MAX_GROUP} ops on the codes of one tensor")
-        x: Value | None = None
-        reader: tuple[Node, int] | None = None  # a member reading x, and where
-        for n in members.values():
-            for i in CODE_MAPS8[(n.domain, n.op_type)][0]:
-                v = n.inputs[i]
-                assert v is not None
-                if v.is_const or (v.producer is not None and id(v.producer) in members):
-                    continue  # one element (checked by _refusal): broadcast to every element
-                if x is not None and v is not x:
-                    return NoMatch(f"the group reads two tensors ({describe(x)}, {describe(v)})")
-                x, reader = v, (n, i)
-        if x is None or reader is None:
-            return NoMatch("the group reads no run-time tensor (constant folding's business)")
-        if len(members) == 1 and m.root.op_type in _TABLES:
-            return NoMatch("one table op: nothing to compose")
-        shape = x.type.shape if x.type is not None else None
-        for n in members.values():
-            out = n.outputs[0]
-            if shape is None or out.type is None or out.type.shape != shape:
-                return NoMatch(f"{n.label}: its result is not of the shape of {describe(x)}")
-        order = {id(n): i for i, n in enumerate(m.graph.nodes)}
-        nodes = sorted(members.values(), key=lambda n: order[id(n)])
-        m.data.update(nodes=nodes, x=x, reader=reader)
-        m.matched.extend(reversed([n for n in nodes if n is not m.root]))
-        return m
+    def refusal(self, n: Node) -> str:
+        return _refusal(n)
 
-    def _table(self, m: Match) -> np.ndarray:
-        assert self.evaluator is not None
-        x: Value = m.data["x"]
-        dt = _codes(x)
-        assert dt is not None
-        values: dict[int, np.ndarray] = {id(x): lookup_codes(dt)}
-        for node in m.data["nodes"]:
-            args = [
-                None if v is None else values[id(v)] if id(v) in values else np.asarray(v.const)
-                for v in node.inputs
-            ]
-            values[id(node.outputs[0])] = np.asarray(self.evaluator(node, args)[0])
-        table = values[id(m.root.outputs[0])]
-        if table.size != 256:  # a one-element constant operand of higher rank than the codes
-            raise ValueError(f"the group gave {table.size} codes for 256")
-        return table.reshape(256)
-
-    def rewrite(self, m: Match, b: Builder) -> Value:
-        try:
-            table = np.ascontiguousarray(self._table(m))
-        except Exception as e:  # a reference kernel refusing the codes
-            b.refuse(f"the table could not be computed: {type(e).__name__}: {e}")
-            raise
-        reader, i = m.data["reader"]
-        sx_i, zx_i = CODE_MAPS8[(reader.domain, reader.op_type)][1][i]
-        sy_i, zy_i = CODE_MAPS8[(m.root.domain, m.root.op_type)][1]["y"]
-        x: Value = m.data["x"]
-        sx, zx = reader.input(sx_i), reader.input(zx_i)
-        sy, zy = m.root.input(sy_i), m.root.input(zy_i)
-        if zx is None:
-            zx = b.const("x_zero_point", np.zeros((), _codes(x)))
-        if zy is None:
-            zy = b.const("y_zero_point", np.zeros((), table.dtype))
-        ops = [n.attrs.get("function") or n.op_type for n in m.data["nodes"]]
-        return b.op(
-            "QLinearLookup",
-            [x, sx, zx, sy, zy, b.const(f"{m.root.name or 'lookup'}_table", table)],
-            {"function": ", ".join(str(o) for o in ops)},
-            domain=QUANTA_DOMAIN,
-            types=result_type(shape_from=m.value("y"), elem_from=m.value("y")),
-            name=m.root.name or None,
-        )
+    def single_refusal(self, n: Node) -> str:
+        return "one table op: nothing to compose" if n.op_type in _TABLES else ""
 
 
 class ComposeCodeMaps8Pass(RewritePass):

@@ -56,6 +56,7 @@ import numpy as np
 
 from quanta.ir.graph import Node, Value, result_type
 from quanta.ir.types import QuantType
+from quanta.passes.lower.code_group import MAX_GROUP, QUANTA_DOMAIN, CodeGroupRule, CodeSpec, lookup_codes
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import describe, node_qtype
 from quanta.passes.rules.fold_constants import Evaluator
@@ -76,8 +77,6 @@ __all__ = [
     "group_table",
     "lookup_codes",
 ]
-
-QUANTA_DOMAIN = "quanta"
 
 #: ai.onnx ops that are elementwise functions of their inputs (with numpy broadcasting),
 #: so a group of them fed by one tensor and scalar constants is a function of each element
@@ -107,9 +106,6 @@ QUANTA_TABLE_OPS = frozenset({"MlasLogistic", "MlasTanh"})
 EIGHT_BIT = ("u8", "i8")
 #: 16-bit codes: one table of 65536 entries per tensor (128 KiB), 16-bit in and out
 SIXTEEN_BIT = ("u16", "i16")
-
-#: the largest group turned into one table (GELU written out is five nodes)
-MAX_GROUP = 16
 
 
 def _channel_axis(const_shape: tuple[int, ...], x_shape: tuple | None) -> int | None:
@@ -185,14 +181,6 @@ def _batchnorm_refusal(n: Node, x_shape: tuple | None) -> str:
         if _constant_shape(v) != (x_shape[1],):
             return f"{n.label}: parameter {describe(v) if v is not None else '(none)'} is not a constant [{x_shape[1]}]"
     return ""
-
-
-def lookup_codes(storage: np.dtype) -> np.ndarray:
-    """The codes of an 8- or 16-bit storage type in table order: entry ``i`` is the code
-    whose bits are ``i`` (uint8: 0..255; int8: 0..127, then -128..-1; 16-bit alike)."""
-    dt = np.dtype(storage)
-    bits = np.uint16 if dt.itemsize == 2 else np.uint8
-    return np.arange(1 << (8 * dt.itemsize), dtype=bits).view(dt)
 
 
 def _elem_dtype(q: QuantType) -> np.dtype:
@@ -537,6 +525,8 @@ def _code_map16_refusal(n: Node) -> str:
             t = v.type if v is not None else None
             if t is None or t.elem is None or np.dtype(t.elem.numpy) not in (np.uint16, np.int16):  # type: ignore[union-attr]
                 return f"{n.label}: input {describe(v)} is not of 16-bit codes"
+            if v is not None and v.is_const and np.asarray(v.const).size != 1:
+                return f"{n.label}: constant operand {describe(v)} has more than one element"
         elif v is not None and not v.is_const:
             return f"{n.label}: parameter {describe(v)} is not a constant"
         elif v is not None and n.op_type != "QLinearLookup" and np.asarray(v.const).size != 1:
@@ -550,7 +540,7 @@ def _code_map16_refusal(n: Node) -> str:
     return ""
 
 
-class ComposeCodeMaps16(Rule):
+class ComposeCodeMaps16(CodeGroupRule):
     """A group of quanta ops on 16-bit codes that is a function of one tensor's codes
     becomes one 65536-entry table:
 
@@ -570,100 +560,25 @@ class ComposeCodeMaps16(Rule):
     element: (T6) is exact by construction, whatever the members round. A single member
     stays as it is (one affine pass costs less than a gather from a 128 KiB table).
     Refused: no evaluator, a member with per-axis parameters, a group reading two tensors,
-    a group value used outside the group, more than ``MAX_GROUP`` members."""
+    a group value used outside the group, more than ``MAX_GROUP`` members (the walk and the
+    table: passes/lower/code_group.py)."""
 
     # (a domain names one alternative: each is written with its own)
     pattern = (
         "y = quanta::QLinearAffine16|quanta::QLinearMul16|quanta::QLinearAdd16|quanta::QLinearLookup(...)"
     )
 
-    def __init__(self, evaluator: Evaluator | None = None) -> None:
-        self.evaluator = evaluator
+    entries = 65536
 
-    def check(self, m: Match) -> Match | NoMatch:
-        if self.evaluator is None:
-            return NoMatch("no evaluator to compute the table with (the runtime injects one)")
-        why = _code_map16_refusal(m.root)
-        if why:
-            return NoMatch(why)
-        members: dict[int, Node] = {id(m.root): m.root}
-        x: Value | None = None
-        reader: tuple[Node, int] | None = None  # a member reading x, and where
-        stack = [m.root]
-        while stack:
-            n = stack.pop()
-            for i in _CODE_INPUTS[n.op_type]:
-                v = n.inputs[i]
-                assert v is not None  # typed 16-bit by _code_map16_refusal
-                p = v.producer
-                if p is not None and id(p) in members:
-                    continue
-                if (
-                    p is not None
-                    and not _code_map16_refusal(p)
-                    and not any(o is v for o in m.graph.outputs)
-                    and all(id(c) in members for c in v.consumers())
-                ):
-                    members[id(p)] = p
-                    stack.append(p)
-                    if len(members) > MAX_GROUP:
-                        return NoMatch(f"more than {MAX_GROUP} ops on the codes of one tensor")
-                    continue
-                if x is not None and v is not x:
-                    return NoMatch(f"the group reads two tensors ({describe(x)}, {describe(v)})")
-                x, reader = v, (n, i)
-        if len(members) < 2 or x is None or reader is None:
-            return NoMatch("one op on the codes: nothing to compose")
-        for n in members.values():
-            if n is m.root:
-                continue
-            for c in n.outputs[0].consumers():
-                if id(c) not in members:
-                    return NoMatch(f"'{n.outputs[0].name}' (output of {n.label}) is also used by {c.label}")
-        order = {id(n): i for i, n in enumerate(m.graph.nodes)}
-        nodes = sorted(members.values(), key=lambda n: order[id(n)])
-        m.data.update(nodes=nodes, x=x, reader=reader)
-        m.matched.extend(reversed([n for n in nodes if n is not m.root]))
-        return m
+    def spec(self, n: Node) -> CodeSpec:
+        return _CODE_INPUTS[n.op_type], _CODE_PARAMS[n.op_type]
 
-    def _table(self, m: Match) -> np.ndarray:
-        assert self.evaluator is not None
-        x: Value = m.data["x"]
-        assert x.type is not None and x.type.elem is not None
-        values: dict[int, np.ndarray] = {id(x): lookup_codes(np.dtype(x.type.elem.numpy))}  # type: ignore[union-attr]
-        for node in m.data["nodes"]:
-            args = [
-                None if v is None else values[id(v)] if id(v) in values else np.asarray(v.const)
-                for v in node.inputs
-            ]
-            values[id(node.outputs[0])] = np.asarray(self.evaluator(node, args)[0])
-        return values[id(m.root.outputs[0])].reshape(65536)
+    def refusal(self, n: Node) -> str:
+        return _code_map16_refusal(n)
 
-    def rewrite(self, m: Match, b: Builder) -> Value:
-        try:
-            table = np.ascontiguousarray(self._table(m))
-        except Exception as e:  # a reference kernel refusing the codes
-            b.refuse(f"the table could not be computed: {type(e).__name__}: {e}")
-            raise
-        reader, i = m.data["reader"]
-        sx_i, zx_i = _CODE_PARAMS[reader.op_type][i]
-        sy_i, zy_i = _CODE_PARAMS[m.root.op_type]["y"]
-        x: Value = m.data["x"]
-        sx, zx = reader.input(sx_i), reader.input(zx_i)
-        sy, zy = m.root.input(sy_i), m.root.input(zy_i)
-        if zx is None:
-            zx = b.const("x_zero_point", np.zeros((), np.dtype(x.type.elem.numpy)))  # type: ignore[union-attr]
-        if zy is None:
-            zy = b.const("y_zero_point", np.zeros((), table.dtype))
-        ops = [n.attrs.get("function") or n.op_type for n in m.data["nodes"]]
-        return b.op(
-            "QLinearLookup",
-            [x, sx, zx, sy, zy, b.const(f"{m.root.name or 'lookup'}_table", table)],
-            {"function": ", ".join(str(o) for o in ops)},
-            domain=QUANTA_DOMAIN,
-            types=result_type(shape_from=m["y"], elem_from=m["y"]),
-            name=m.root.name or None,
-        )
+    def single_refusal(self, n: Node) -> str:
+        # one affine pass costs less than a gather from a 128 KiB table
+        return "one op on the codes: nothing to compose"
 
 
 class ComposeCodeMaps16Pass(RewritePass):
