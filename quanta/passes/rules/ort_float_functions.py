@@ -867,14 +867,12 @@ class QdqMatMulToSaturatingQLinearMatMul(Rule):
 
     def check(self, m: Match) -> Match | NoMatch:
         sa, sb, sy = _dq_storage(m["af"]), _dq_storage(m["bf"]), _q_storage(m["y"])
-        # ORT's QDQS8ToU8Transformer makes a lone int8 Q -> DQ pair uint8 first
-        ua = sa == U8 or (sa == I8 and _s8_pair_to_u8(m["a"], m))
-        if not ua or sy not in (U8, I8):
-            return NoMatch(f"a is {sa}, y {sy}: not ORT's u8·s8 QLinearMatMul")
+        # ORT on x86 fuses uint8 a (int8 only with session.qdqisint8allowed) with a uint8 or
+        # int8 y (measured, ORT 1.32)
+        if sa != U8 or sy not in (U8, I8):
+            return NoMatch(f"a is {sa} and y {sy}: not a group ORT fuses into its u8·s8 QLinearMatMul")
         if sb != I8:
             return NoMatch(f"b is {sb}, not int8 (ORT's u8·u8 kernel widens to int16: exact)")
-        if sa != U8:
-            return NoMatch("a is int8 (ORT makes it uint8 first: not modelled here)")
         wq = _constant_codes(m["bq"])
         if wq is None or wq.ndim != 2:
             return NoMatch("b is not a constant matrix (ORT prepacks only a constant 2-D b)")
@@ -894,8 +892,10 @@ class QdqGemmToSaturatingQGemm(Rule):
 
     def check(self, m: Match) -> Match | NoMatch:
         sa, sb, sy = _dq_storage(m["af"]), _dq_storage(m["bf"]), _q_storage(m["y"])
+        # ORT fuses an int8 y too, but quanta's QGemm writes A's type (LowerGemm): such a
+        # group keeps LowerGemm's exact sum
         if sa != U8 or sy != U8:
-            return NoMatch(f"a is {sa}, y {sy}: not ORT's u8·s8 QGemm")
+            return NoMatch(f"a is {sa} and y {sy}: not uint8 a and y (QGemm's Y has A's type)")
         if sb != I8:
             return NoMatch(f"b is {sb}, not int8 (ORT's u8·u8 kernel widens to int16: exact)")
         wq = _constant_codes(m["bq"])

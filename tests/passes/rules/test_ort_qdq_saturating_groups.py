@@ -49,15 +49,15 @@ def const(name, value):
     return numpy_helper.from_array(np.asarray(value), name)
 
 
-def qdq_file(nodes, inits, x_shape):
-    """x -> Q(u8) -> DQ -> ``nodes`` (reading ``xd``, writing ``y``) -> Q(u8) -> DQ -> out,
-    written as ORT's quantizer writes it (producer "onnx.quantize", which "auto" reads)."""
+def qdq_file(nodes, inits, x_shape, y_signed=False):
+    """x -> Q(u8) -> DQ -> ``nodes`` (reading ``xd``, writing ``y``) -> Q(u8 or i8) -> DQ ->
+    out, written as ORT's quantizer writes it (producer "onnx.quantize", which "auto" reads)."""
     inits = [
         *inits,
         const("sx", np.float32(0.031)),
         const("zx", np.uint8(23)),
         const("sy", np.float32(0.57)),
-        const("zy", np.uint8(131)),
+        const("zy", np.int8(-7) if y_signed else np.uint8(131)),
     ]
     nodes = [
         helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
@@ -90,13 +90,13 @@ def weight(rng, shape, axis, per_channel):
     return wq, sw, zw
 
 
-def matmul_file(k, n, per_channel, seed, batch=(2, 9)):
+def matmul_file(k, n, per_channel, seed, batch=(2, 9), y_signed=False):
     rng = np.random.default_rng(seed)
     wq, sw, zw = weight(rng, (k, n), 1, per_channel)
     dq = helper.make_node("DequantizeLinear", ["wq", "sw", "zw"], ["wd"], axis=1)
     nodes = [dq, helper.make_node("MatMul", ["xd", "wd"], ["y"])]
     inits = [const("wq", wq), const("sw", sw), const("zw", zw)]
-    return qdq_file(nodes, inits, (*batch, k)), (*batch, k)
+    return qdq_file(nodes, inits, (*batch, k), y_signed), (*batch, k)
 
 
 def gemm_file(k, n, per_channel, seed, m=5):
@@ -153,6 +153,11 @@ CASES = {  # name: (file, x shape, the rule that writes the group, the native ke
     ),
     "matmul_per_tensor": (
         *matmul_file(259, 7, False, 2, batch=(3,)),
+        "QdqMatMulToSaturatingQLinearMatMul",
+        "native:qlinear_matmul_u8s8_saturating",
+    ),
+    "matmul_int8_y": (  # ORT fuses uint8 a with an int8 y too
+        *matmul_file(67, 17, True, 9, batch=(1, 5), y_signed=True),
         "QdqMatMulToSaturatingQLinearMatMul",
         "native:qlinear_matmul_u8s8_saturating",
     ),
