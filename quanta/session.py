@@ -92,8 +92,8 @@ class SessionOptions:
     #: rational approximations, ORT's folded batch-norm scale and shift, its truncating
     #: linear Resize of 8-bit codes, what a file made for ORT was calibrated with); "auto": "ort" for a file ORT's quantizer wrote
     #: (producer "onnx.quantize"), else "onnx". Both "ort" and "auto" on such a file run
-    #: ORT's u8·s8 integer groups (the Conv groups it fuses, MatMulInteger and its fused
-    #: forms, DynamicQuantizeLSTM) with ORT's int16-saturating pairs of products on a CPU
+    #: ORT's u8·s8 integer groups (the Conv, MatMul and Gemm groups it fuses, MatMulInteger
+    #: and its fused forms, DynamicQuantizeLSTM) with ORT's int16-saturating pairs of products on a CPU
     #: whose ORT kernels saturate (x86 without VNNI; elsewhere ORT's sum is exact, as
     #: quanta's), natively and no slower than the exact sum. "ort" by name also runs the
     #: QDQ Conv groups ORT leaves float in MLAS's float order (bit-identical to ORT at this

@@ -453,7 +453,18 @@ FACTS = OpTable(
         Op("Pow", shape_only=True),
         Op("PRelu", shape_only=True),
         Op("QAttention", MS, integer_op=True),
-        Op("QGemm", MS, shape_only=True, macs=MacKind.GEMM, integer_op=True),
+        # ORT's fused QDQ Gemm / MatMul groups are written before lowering where ORT's u8·s8
+        # kernels saturate (QdqGemmToSaturatingQGemm, QdqMatMulToSaturatingQLinearMatMul in
+        # passes/rules/ort_float_functions.py), so both read and write codes in the qdq stage too
+        Op(
+            "QGemm",
+            MS,
+            shape_only=True,
+            macs=MacKind.GEMM,
+            quant=True,
+            stages=QDQ_AND_LOWERED,
+            integer_op=True,
+        ),
         Op("QLinearAdd", MS, shape_only=True, quant=True, stages=LOWERED_ONLY, integer_op=True),
         Op("QLinearAveragePool", MS, shape_only=True, quant=True, stages=LOWERED_ONLY, integer_op=True),
         Op("QLinearConcat", MS, shape_only=True, quant=True, stages=LOWERED_ONLY, integer_op=True),
@@ -468,7 +479,14 @@ FACTS = OpTable(
         ),
         Op("QLinearGlobalAveragePool", MS, shape_only=True, quant=True, stages=LOWERED_ONLY, integer_op=True),
         Op("QLinearLeakyRelu", MS, shape_only=True, quant=True, stages=LOWERED_ONLY, integer_op=True),
-        _integer_op("QLinearMatMul", macs=MacKind.MATMUL),
+        Op(
+            "QLinearMatMul",
+            shape_only=True,
+            quant=True,
+            stages=QDQ_AND_LOWERED,
+            integer_op=True,
+            macs=MacKind.MATMUL,
+        ),
         # QLinearMatMul and the QLinearAdd of a constant after it (lower/qlinear_matmul_add.py)
         _integer_op("QLinearMatMulAdd", QUANTA, macs=MacKind.MATMUL),
         Op("QLinearLookup", QUANTA, shape_only=True, quant=True, stages=LOWERED_ONLY, integer_op=True),

@@ -34,7 +34,7 @@ _QUANT = {
     "MatMulInteger", "ConvInteger", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearGlobalAveragePool",
     "QLinearAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "AccumulatorToFloat",
     "AccumulatorToQuant", "SoftmaxQuant", "MulQuant", "QLinearLookup", "QLinearConv16", "QLinearMatMul16", "QLinearMatMulAdd", "MatMulW4A8", "QuantizeMX", "MatMulMX", "ConvMX",
-    "QLinearAffine16", "QLinearAdd16", "QLinearMul16", "MlasQLinearConv",
+    "QLinearAffine16", "QLinearAdd16", "QLinearMul16", "MlasQLinearConv", "QGemm",
 }  # fmt: skip
 #: the elementwise activations lowering turns into a 256-entry table (quanta QLinearLookup)
 _TABLED = (
@@ -54,7 +54,8 @@ PINNED = {
     "quanta.ir.op_rules.QUANT_OPS": _QUANT,
     "quanta.ir.op_rules.STAGE_QUANT_OPS": {
         Stage.FLOAT: set(),
-        Stage.QDQ: {"QuantizeLinear", "DequantizeLinear", "QuantizeMX", "MlasQLinearConv"},
+        # ORT's fused u8·s8 groups, written before lowering where its kernels saturate
+        Stage.QDQ: {"QuantizeLinear", "DequantizeLinear", "QuantizeMX", "MlasQLinearConv", "QLinearMatMul", "QGemm"},
         Stage.LOWERED: _QUANT,
     },
     "quanta.passes.coverage.COMPUTE_OPS": {

@@ -177,3 +177,85 @@ def test_native_equals_onnxruntime(c, f, k, s, group, per_channel):
     got = native(inputs, attrs, ISAS[-1], 2)
     np.testing.assert_array_equal(got, expected)
     assert np.count_nonzero(exact(inputs, attrs) != expected) > 0
+
+
+def case_1d(c, f, k, s, seed, length=29):
+    """A 1-D MlasQLinearConv: x [2, C, L] uint8 with a band at its zero point and one at
+    255, heavy int8 weights [F, C, k], asymmetric pads, per-channel weights."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 256, (2, c, length)).astype(np.uint8)
+    zx = np.array(137, np.uint8)
+    x[:, :, 0:3] = zx
+    x[:, :, 5:11] = 255
+    wq = rng.integers(-128, 128, (f, c, k))
+    big = rng.random(wq.shape) < 0.6
+    wq = np.where(big, np.where(rng.random(wq.shape) < 0.5, -128, 127), wq).astype(np.int8)
+    sw = rng.uniform(0.0005, 0.002, f).astype(np.float32)
+    zw = np.zeros(f, np.int8)  # ORT's QLinearConv takes per-channel weights symmetric only
+    sx, sy, zy = (
+        np.array(0.021, np.float32),
+        np.array(0.11 * k * np.sqrt(c), np.float32),
+        np.array(121, np.uint8),
+    )
+    b = rng.integers(-20000, 20000, f).astype(np.int32)
+    attrs = dict(strides=[s], pads=[k // 2, max(k // 2 - 1, 0)], dilations=[1], group=1)
+    return (x, sx, zx, wq, sw, zw, sy, zy, b), attrs
+
+
+def as_height_one(inputs, attrs):
+    """The 2-D Conv of height 1 the native binder runs a 1-D Conv as (native/mlas_qconv.py)."""
+    x, sx, zx, wq, sw, zw, sy, zy, b = inputs
+    p = attrs["pads"]
+    attrs2 = dict(strides=[1, *attrs["strides"]], pads=[0, p[0], 0, p[1]], dilations=[1, 1], group=1)
+    return (x[:, :, None, :], sx, zx, wq[:, :, None, :], sw, zw, sy, zy, b), attrs2
+
+
+GEOMETRIES_1D = [  # C, F, kernel, stride
+    (3, 7, 3, 1),
+    (7, 17, 5, 2),
+    (17, 3, 3, 2),
+    (80, 9, 5, 1),  # K = 400 > 258, the Whisper stem's 80 mel bands
+]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("c, f, k, s", GEOMETRIES_1D)
+def test_one_dimensional_conv_is_the_two_dimensional_one_of_height_one(isa, c, f, k, s):
+    inputs, attrs = case_1d(c, f, k, s, c + f)
+    expected = mlas_qlinear_conv_op(None, *inputs, **attrs)
+    inputs2, attrs2 = as_height_one(inputs, attrs)
+    for threads in (1, 2):
+        got = native(inputs2, attrs2, isa, threads)
+        np.testing.assert_array_equal(
+            got.reshape(expected.shape), expected, err_msg=f"{isa}, {threads} threads"
+        )
+    assert np.count_nonzero(exact(inputs, attrs) != expected) > 0, "no pair saturated"
+
+
+@pytest.mark.skipif(
+    not onnxruntime_int8_saturates(), reason="ONNX Runtime's u8·s8 kernels saturate only on x86 without VNNI"
+)
+@pytest.mark.parametrize("c, f, k, s", GEOMETRIES_1D)
+def test_one_dimensional_twin_equals_onnxruntime(c, f, k, s):
+    import onnxruntime as ort
+
+    inputs, attrs = case_1d(c, f, k, s, c * f)
+    x, *rest = inputs
+    names = ["sx", "zx", "w", "sw", "zw", "sy", "zy", "b"]
+    node = helper.make_node("QLinearConv", ["x", *names], ["y"], kernel_shape=[k], **attrs)
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
+        initializer=[numpy_helper.from_array(np.asarray(v), n) for n, v in zip(names, rest, strict=True)],
+    )
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    got = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
+    expected = mlas_qlinear_conv_op(None, *inputs, **attrs)
+    np.testing.assert_array_equal(got, expected)
+    assert np.count_nonzero(exact(inputs, attrs) != expected) > 0

@@ -45,7 +45,7 @@ the float32 result rounded once to float16.
 ``GetQuantizationParameter`` only for an all-zero ``a`` (scale 1/255 vs 1): then
 ``qa == za`` everywhere, ``acc == 0`` and ``y == bias`` either way.
 
-``saturating_pairs`` (a quanta attribute of MatMulIntegerToFloat and DynamicQuantizeMatMul,
+``saturating_pairs`` (a quanta attribute of QGemm, MatMulIntegerToFloat and DynamicQuantizeMatMul,
 set under ``float_functions="ort"`` where ORT's u8·s8 kernels saturate): the accumulator of
 uint8 a and int8 b is (QM1) of :mod:`quanta.kernels.reference.integer_ops`, pairs of
 products in saturating int16 as MLAS's AVX2 kernel without VNNI forms them.
@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from quanta.kernels.reference.integer_ops import matmul_integer
+from quanta.kernels.reference.integer_ops import matmul_integer, saturating_pairs_correction, wrap_int32
 from quanta.kernels.reference.ms_qops import widen_half_scale
 from quanta.kernels.reference.qgemm import accumulate, output_stage
 from quanta.kernels.reference.quantize import dynamic_quantize_linear
@@ -120,8 +120,10 @@ def qgemm_ms(
     alpha: float = 1.0,
     trans_a: bool = False,
     trans_b: bool = False,
+    saturating_pairs: bool = False,
 ) -> np.ndarray:
-    """com.microsoft QGemm: ``y = alpha · A' @ B' (+ C)`` with A' = A or Aᵀ, B' = B or Bᵀ.
+    """com.microsoft QGemm: ``y = alpha · A' @ B' (+ C)`` with A' = A or Aᵀ, B' = B or Bᵀ;
+    ``saturating_pairs``: the accumulator of uint8 A and int8 B in (QM1) (module docstring).
 
     With ``y_scale`` the output is requantized by eq. (6) with multiplier (1) into the
     type of ``y_zero_point`` (that of ``a`` when omitted); without it the output is float32
@@ -164,6 +166,8 @@ def qgemm_ms(
         raise OpError(f"b_zero_point: expected the shape of b_scale {sb.shape}, got {zb.shape}")
 
     acc = accumulate(a2, b2, int(za.reshape(())), zb.astype(np.int64).reshape(-1))
+    if saturating_pairs and a.dtype == np.uint8 and b.dtype == np.int8:
+        acc = wrap_int32(acc.astype(np.int64) + saturating_pairs_correction(a2, b2))
     if c is not None:
         c = np.asarray(c)
         if c.dtype != np.int32:
@@ -208,8 +212,9 @@ def qgemm_op(
     alpha: float = 1.0,
     transA: int = 0,
     transB: int = 0,
+    saturating_pairs: int = 0,
 ) -> np.ndarray:
-    """com.microsoft QGemm-1 (see :func:`qgemm_ms`)."""
+    """com.microsoft QGemm-1 (see :func:`qgemm_ms`); quanta's ``saturating_pairs``: (QM1)."""
     del ctx  # unused
     return qgemm_ms(
         a,
@@ -224,6 +229,7 @@ def qgemm_op(
         alpha=alpha,
         trans_a=bool(transA),
         trans_b=bool(transB),
+        saturating_pairs=bool(saturating_pairs),
     )
 
 

@@ -14,6 +14,12 @@ Rounding is applied to ``acc·m`` and ``zy`` is added afterwards, as the ONNX te
 rounding and multiplies in float64; both differences are pinned in test_qlinear.py and
 described in docs/quantization-math.md.
 
+``saturating_pairs`` (a quanta attribute the session sets under ``float_functions`` "ort"
+or "auto" on a file ORT's quantizer wrote, where ORT's u8·s8 kernels saturate): uint8 a
+times int8 b sums pairs of products in saturating int16 first, docs/float-ops.md (QM1)
+(ORT fuses a QDQ MatMul group into QLinearMatMul and runs it on those kernels); eq. (6)
+is unchanged.
+
 Scales of type float16/bfloat16 are converted to float32 (exactly) before eq. (6).
 The float8 variants QLinearMatMul-21 allows are not implemented here (no ONNX Runtime CPU
 kernel to compare with): they raise an OpError.
@@ -42,10 +48,13 @@ def qlinear_matmul(
     y_scale: np.ndarray | float,
     y_zero_point: np.ndarray | int,
     dtype: np.dtype | type | None = None,
+    *,
+    saturating_pairs: bool = False,
 ) -> np.ndarray:
     """Quantized ``a @ b`` with numpy.matmul broadcasting (eqs. (4), (6)).
 
-    ``dtype`` is the output storage type, default the dtype of ``y_zero_point``.
+    ``dtype`` is the output storage type, default the dtype of ``y_zero_point``;
+    ``saturating_pairs``: eq. (4) as (QM1) for uint8 a and int8 b (module docstring).
 
     >>> a = np.array([[5]], np.uint8); b = np.array([[1]], np.uint8)
     >>> qlinear_matmul(a, 0.5, 0, b, 1.0, 0, 1.0, np.uint8(3)).tolist()  # 2.5 -> 2, + 3
@@ -55,7 +64,7 @@ def qlinear_matmul(
     b = np.asarray(b)
     if dtype is None:
         dtype = np.asarray(y_zero_point).dtype
-    acc = matmul_integer(a, b, a_zero_point, b_zero_point)
+    acc = matmul_integer(a, b, a_zero_point, b_zero_point, saturating_pairs=saturating_pairs)
     sa = a_param(np.asarray(a_scale, np.float32), a.shape, "a_scale")
     sb = b_param(np.asarray(b_scale, np.float32), b.shape, "b_scale")
     if np.asarray(y_scale).size != 1 or np.asarray(y_zero_point).size != 1:
@@ -85,8 +94,11 @@ def qlinear_matmul_op(
     b_zero_point: np.ndarray,
     y_scale: np.ndarray,
     y_zero_point: np.ndarray,
+    *,
+    saturating_pairs: int = 0,
 ) -> np.ndarray:
-    """ONNX QLinearMatMul-10/21 (int8/uint8)."""
+    """ONNX QLinearMatMul-10/21 (int8/uint8); quanta's ``saturating_pairs``: (QM1) (module
+    docstring)."""
     del ctx  # unused
     for name, v in (("a", a), ("b", b), ("y_zero_point", y_zero_point)):
         if v.dtype not in _EIGHT_BIT:
@@ -103,4 +115,14 @@ def qlinear_matmul_op(
     ):
         if s.size != zp.size:
             raise OpError(f"{name}_zero_point: expected the shape of {name}_scale {s.shape}, got {zp.shape}")
-    return qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point)
+    return qlinear_matmul(
+        a,
+        a_scale,
+        a_zero_point,
+        b,
+        b_scale,
+        b_zero_point,
+        y_scale,
+        y_zero_point,
+        saturating_pairs=bool(saturating_pairs),
+    )

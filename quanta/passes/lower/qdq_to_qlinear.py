@@ -318,14 +318,17 @@ def matmul_check(m: Match, storage: StorageCheck) -> Match | NoMatch:
     return m
 
 
-def matmul_rewrite(m: Match, b: Builder, op: str, domain: str = "") -> Value:
-    """``op(a, sa, za, b, sb, zb, sy, zy)``."""
+def matmul_rewrite(
+    m: Match, b: Builder, op: str, domain: str = "", attrs: dict[str, int] | None = None
+) -> Value:
+    """``op(a, sa, za, b, sb, zb, sy, zy)`` with ``attrs`` (none by default)."""
     za = _zero_point_or_default(b, m, "za", m.data["qa"], "a_zero_point")
     zb = _zero_point_or_default(b, m, "zb", m.data["qb"], "b_zero_point")
     zy = _zero_point_or_default(b, m, "zy", m.data["qy"], "y_zero_point")
     return b.op(
         op,
         [m["a"], m["sa"], za, m["bq"], m["sb"], zb, m["sy"], zy],
+        attrs,
         domain=domain,
         types=result_type(shape_from=m["y"], elem_from=m["y"]),
         name=m.node("c").name or None,
@@ -448,7 +451,9 @@ def _gemm_check(m: Match, with_output: bool) -> Match | NoMatch:
     return m
 
 
-def _gemm_rewrite(m: Match, b: Builder, out: str, with_output: bool) -> Value:
+def _gemm_rewrite(
+    m: Match, b: Builder, out: str, with_output: bool, extra: dict[str, int] | None = None
+) -> Value:
     gemm = m.node("c")
     za = _zero_point_or_default(b, m, "za", m.data["qa"], "a_zero_point")
     zb = _zero_point_or_default(b, m, "zb", m.data["qb"], "b_zero_point")
@@ -458,7 +463,7 @@ def _gemm_rewrite(m: Match, b: Builder, out: str, with_output: bool) -> Value:
     inputs: list[Value | None] = [m["a"], m["sa"], za, m["bq"], m["sb"], zb, bias]
     if with_output:
         inputs += [m["sy"], _zero_point_or_default(b, m, "zy", m.data["qy"], "y_zero_point")]
-    attrs = {k: gemm.attrs[k] for k in ("alpha", "transA", "transB") if k in gemm.attrs}
+    attrs = {k: gemm.attrs[k] for k in ("alpha", "transA", "transB") if k in gemm.attrs} | (extra or {})
     y = b.op(
         "QGemm",
         inputs,
@@ -487,6 +492,11 @@ class LowerGemm(Rule):
 
     def rewrite(self, m: Match, b: Builder) -> Value:
         return _gemm_rewrite(m, b, "y", with_output=True)
+
+    def rewrite_with(self, m: Match, b: Builder, attrs: dict[str, int]) -> Value:
+        """:meth:`rewrite` whose QGemm also carries ``attrs`` (the session's
+        ``saturating_pairs``, rules/ort_float_functions.py)."""
+        return _gemm_rewrite(m, b, "y", with_output=True, extra=attrs)
 
 
 class LowerGemmFloatOutput(Rule):

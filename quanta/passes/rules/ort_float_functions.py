@@ -121,6 +121,13 @@ by ORT's default QDQ recipe (an image at zero point 128, asymmetric weights) dif
 ``float_functions`` "ort" (or "auto" on a file ORT's quantizer wrote) on a CPU where
 ORT's kernels saturate.
 
+MatMul and Gemm groups: ORT fuses ``Q(MatMul(DQ(a: u8), DQ(b: int8 constant)))`` into
+QLinearMatMul and the Gemm group into QGemm, on the same kernels; under the same condition
+they are written here as the lowering writes them (LowerMatMul's, LowerGemm's check and
+rewrite) with ``saturating_pairs = 1`` (docs/float-ops.md (QM1)). pipecat's smart-turn
+Whisper encoder as ORT's quantizer shipped it: its MatMul groups differed on up to 2,876
+of 153,600 codes from identical inputs with the exact sum, 0 with the pairs.
+
 Dynamic int8 GEMMs: the same u8·s8 kernels compute ORT's MatMulInteger (fused by ORT into
 MatMulIntegerToFloat / DynamicQuantizeMatMul) and DynamicQuantizeLSTM when the weights are
 int8: pairs of raw-code products saturate there too (docs/float-ops.md (QM1)). The
@@ -161,6 +168,13 @@ import numpy as np
 from quanta.ir.graph import Graph, Node, Value, result_type
 from quanta.ir.ms_contrib import SKIP_LAYER_NORM_DOC, SKIP_SIMPLIFIED_LAYER_NORM_DOC
 from quanta.ir.types import F32, IntType, QuantType
+from quanta.passes.lower.qdq_to_qlinear import (
+    LowerGemm,
+    LowerMatMul,
+    matmul_check,
+    matmul_rewrite,
+    storage_8bit,
+)
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import describe
 from quanta.passes.rules.fuse_gelu_tanh import GELU_C, GELU_K
@@ -790,8 +804,8 @@ class QdqConvToMlasQLinearConv(Rule):
             or any(m[k] is not None and z is None for k, z in zip(("zx", "zw", "zy"), zps, strict=True))
         ):
             return NoMatch("weights, scales or zero points are not constants")
-        if wq.ndim != 4:
-            return NoMatch(f"w of rank {wq.ndim} (2-D Convs only)")
+        if wq.ndim not in (3, 4):
+            return NoMatch(f"w of rank {wq.ndim} (1-D and 2-D Convs only)")
         group = int(conv.attrs.get("group", 1))
         if group > 1 and wq.shape[1] == 1 and wq.shape[0] == group:
             return NoMatch("a depthwise Conv: ORT's depthwise kernel is exact (quanta's own path)")
@@ -847,6 +861,57 @@ class QdqConvToMlasQLinearConv(Rule):
             domain=QUANTA_DOMAIN,
             name=conv.name or None,
         )
+
+
+class QdqMatMulToSaturatingQLinearMatMul(Rule):
+    """Q(MatMul(DQ(a: u8), DQ(b: int8 constant))) (a group ORT fuses into QLinearMatMul)
+    -> QLinearMatMul(a, sa, za, b, sb, zb, sy, zy) with ``saturating_pairs = 1``
+    (module docstring: ORT's u8·s8 kernels without VNNI saturate pairs of products;
+    docs/float-ops.md (QM1)). LowerMatMul would write the same node with the exact sum."""
+
+    pattern = LowerMatMul.pattern
+    shared_ok = LowerMatMul.shared_ok
+
+    def check(self, m: Match) -> Match | NoMatch:
+        sa, sb, sy = _dq_storage(m["af"]), _dq_storage(m["bf"]), _q_storage(m["y"])
+        # ORT on x86 fuses uint8 a (int8 only with session.qdqisint8allowed) with a uint8 or
+        # int8 y (measured, ORT 1.32)
+        if sa != U8 or sy not in (U8, I8):
+            return NoMatch(f"a is {sa} and y {sy}: not a group ORT fuses into its u8·s8 QLinearMatMul")
+        if sb != I8:
+            return NoMatch(f"b is {sb}, not int8 (ORT's u8·u8 kernel widens to int16: exact)")
+        wq = _constant_codes(m["bq"])
+        if wq is None or wq.ndim != 2:
+            return NoMatch("b is not a constant matrix (ORT prepacks only a constant 2-D b)")
+        return matmul_check(m, storage_8bit)
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        return matmul_rewrite(m, b, "QLinearMatMul", attrs={"saturating_pairs": 1})
+
+
+class QdqGemmToSaturatingQGemm(Rule):
+    """Q(Gemm(DQ(a: u8), DQ(b: int8 constant), c?)) (a group ORT fuses into QGemm)
+    -> com.microsoft::QGemm(a, sa, za, b, sb, zb, cq?, sy, zy) with ``saturating_pairs = 1``
+    (as QdqMatMulToSaturatingQLinearMatMul; LowerGemm would write the exact sum)."""
+
+    pattern = LowerGemm.pattern
+    shared_ok = LowerGemm.shared_ok
+
+    def check(self, m: Match) -> Match | NoMatch:
+        sa, sb, sy = _dq_storage(m["af"]), _dq_storage(m["bf"]), _q_storage(m["y"])
+        # ORT fuses an int8 y too, but quanta's QGemm writes A's type (LowerGemm): such a
+        # group keeps LowerGemm's exact sum
+        if sa != U8 or sy != U8:
+            return NoMatch(f"a is {sa} and y {sy}: not uint8 a and y (QGemm's Y has A's type)")
+        if sb != I8:
+            return NoMatch(f"b is {sb}, not int8 (ORT's u8·u8 kernel widens to int16: exact)")
+        wq = _constant_codes(m["bq"])
+        if wq is None or wq.ndim != 2:
+            return NoMatch("b is not a constant matrix (ORT prepacks only a constant 2-D b)")
+        return LowerGemm().check(m)
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        return LowerGemm().rewrite_with(m, b, {"saturating_pairs": 1})
 
 
 def _elem(v: Value | None) -> IntType | None:
@@ -1404,7 +1469,8 @@ class OrtFloatFunctions(RewritePass):
         Conv groups keep quanta's exact arithmetic; ConvToMlasConv and
         GlobalAveragePoolToMlasPool are not run).
         ``u8s8_saturates``: ORT's u8·s8 kernels on this CPU saturate pairs of products (x86
-        without VNNI): the Conv groups ORT fuses become MlasQLinearConv, and the u8·s8
+        without VNNI): the Conv groups ORT fuses become MlasQLinearConv, its fused MatMul
+        and Gemm groups QLinearMatMul and QGemm with ``saturating_pairs``, and the u8·s8
         integer GEMMs (MatMulInteger, MatMulIntegerToFloat, DynamicQuantizeMatMul,
         DynamicQuantizeLSTM) take ``saturating_pairs``."""
         rules = [*type(self).rules, SoftmaxToMlasSoftmax(opset)]
@@ -1417,6 +1483,8 @@ class OrtFloatFunctions(RewritePass):
             rules.append(AveragePoolToMlasPool())
         if u8s8_saturates:
             rules.insert(0, QdqConvToMlasQLinearConv())
+            rules.insert(1, QdqMatMulToSaturatingQLinearMatMul())
+            rules.insert(2, QdqGemmToSaturatingQGemm())
             rules += [
                 MatMulIntegerSaturatingPairs(),
                 MatMulIntegerToFloatSaturatingPairs(),

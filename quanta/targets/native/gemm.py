@@ -392,23 +392,29 @@ def _prepack(
     return packed, n
 
 
-def _saturating(node: Node, a: Value | None) -> bool:
-    """Whether ``node`` computes uint8 A times int8 B with (QM1)'s saturating pairs (the
-    session's ``saturating_pairs``, rules/ort_float_functions.py); ``a`` None: the op
-    quantizes A to uint8 itself."""
-    b_dt = _dtype(node.input(1))
+def _saturating(node: Node, a: Value | None, b_index: int = 1) -> bool:
+    """Whether ``node`` computes uint8 A times int8 B (input ``b_index``) with (QM1)'s
+    saturating pairs (the session's ``saturating_pairs``, rules/ort_float_functions.py);
+    ``a`` None: the op quantizes A to uint8 itself."""
+    b_dt = _dtype(node.input(b_index))
     return bool(node.attrs.get("saturating_pairs")) and b_dt == _I8 and (a is None or _dtype(a) == _U8)
 
 
-def _prepack_saturating(b: Value | None, zb: Value | None) -> tuple[Any, str]:
-    """(packed b, "") for (QM1), or (None, the reason the twin computes the node)."""
+def _prepack_saturating(
+    b: Value | None, zb: Value | None, *, transpose: bool = False
+) -> tuple[Any, str, int]:
+    """(packed b, "", N) for (QM1), or (None, the reason the twin computes the node, 0)."""
     try:
-        packed, _ = _prepack(b, zb, saturating=True)
+        packed, n = _prepack(b, zb, transpose=transpose, saturating=True)
     except ValueError as e:  # a CPU without AVX2
-        return None, f"saturating pairs: {e}"
+        return None, f"saturating pairs: {e}", 0
     if packed is None:
-        return None, "saturating pairs (QM1) are prepacked: B and b_zero_point must be constants, B of rank 2"
-    return packed, ""
+        return (
+            None,
+            "saturating pairs (QM1) are prepacked: B and b_zero_point must be constants, B of rank 2",
+            0,
+        )
+    return packed, "", n
 
 
 def _kernel_name(
@@ -439,11 +445,13 @@ def _qlinear_matmul_native(
     packed: Any = None,
     multiplier: np.ndarray | None = None,
     direct: tuple | None = None,
+    saturating_pairs: int = 0,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
     """QLinearMatMul on qgemm (module docstring); per-row a goes to the reference.
     ``direct``: (a dtype, za, zy, output dtype name) when b is prepacked and every scale
-    and zero point is a constant: the call goes straight to the kernel."""
+    and zero point is a constant: the call goes straight to the kernel.
+    ``saturating_pairs``: ``packed`` is (QM1)'s (the binder's), and the twin is told."""
     if direct is not None and a.dtype == direct[0] and a.ndim >= 1 and a.flags.c_contiguous:
         try:
             return _native.qgemm(
@@ -494,7 +502,8 @@ def _qlinear_matmul_native(
             out=out,
         )
 
-    return _call("QLinearMatMul", "", ctx, inputs, {}, out, fast)
+    attrs = {"saturating_pairs": saturating_pairs} if saturating_pairs else {}
+    return _call("QLinearMatMul", "", ctx, inputs, attrs, out, fast)
 
 
 @register_binder("QLinearMatMul")
@@ -518,7 +527,14 @@ def bind_qlinear_matmul(model: Model, node: Node) -> tuple[Kernel | None, str]:
         if dt is not None and dt != F32:
             return None, f"native QLinearMatMul takes float32 scales, {name} is {dt}"
     params: dict[str, Any] = {}
-    packed, n = _prepack(b, zb)
+    saturating = _saturating(node, a, 3)
+    if saturating:  # (QM1): only on b prepacked for the vpmaddubsw family
+        packed, reason, n = _prepack_saturating(b, zb)
+        if packed is None:
+            return None, reason
+        params["saturating_pairs"] = 1
+    else:
+        packed, n = _prepack(b, zb)
     if packed is not None:
         params["packed"] = packed
     scales = [_const(v) for v in (sa, sb, sy)]
@@ -544,7 +560,7 @@ def bind_qlinear_matmul(model: Model, node: Node) -> tuple[Kernel | None, str]:
         c_za, c_zy = _const(za), _const(zy)
         if packed is not None and c_za is not None and c_zy is not None and c_za.size == 1 and c_zy.size == 1:
             params["direct"] = (c_za.dtype, int(c_za.reshape(())), int(c_zy.reshape(())), _NAME[c_zy.dtype])
-    name = _kernel_name("qlinear_matmul", _dtype(a), _dtype(b), packed is not None)
+    name = _kernel_name("qlinear_matmul", _dtype(a), _dtype(b), packed is not None, saturating)
     return Kernel(
         _qlinear_matmul_native,
         "native",
@@ -574,6 +590,7 @@ def _qlinear_matmul_specialized(
     packed: Any = None,
     multiplier: np.ndarray | None = None,
     direct: tuple | None = None,
+    saturating_pairs: int = 0,
 ) -> Any:
     """QLinearMatMul on a prepacked b with constant parameters (``direct``): the kernel
     call alone, on one thread when the product is small (SMALL_MACS). With a run-time b
@@ -588,7 +605,12 @@ def _qlinear_matmul_specialized(
         return None
     threads, out = plan
     zx, zy, out_dtype = direct[1], direct[2], direct[3]
-    attrs = {"packed": packed, "multiplier": multiplier, "direct": direct}
+    attrs = {
+        "packed": packed,
+        "multiplier": multiplier,
+        "direct": direct,
+        "saturating_pairs": saturating_pairs,
+    }
 
     return guarded(
         _prepared_qgemm(packed, zx, out_dtype, multiplier, None, zy, threads, out),
@@ -762,7 +784,7 @@ def bind_matmul_integer(model: Model, node: Node) -> tuple[Kernel | None, str]:
     if reason:
         return None, reason
     if _saturating(node, a):
-        packed, reason = _prepack_saturating(b, zb)
+        packed, reason, _ = _prepack_saturating(b, zb)
         if packed is None:
             return None, reason
     else:
@@ -803,13 +825,17 @@ def _qgemm_ms_native(
     packed: Any = None,
     multiplier: np.ndarray | None = None,
     bias_n: np.ndarray | None = None,
+    saturating_pairs: int = 0,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
     """com.microsoft QGemm on qgemm (module docstring): the operator's nine inputs
-    (a, a_scale, a_zero_point, b, b_scale, b_zero_point, c?, y_scale?, y_zero_point?)."""
+    (a, a_scale, a_zero_point, b, b_scale, b_zero_point, c?, y_scale?, y_zero_point?).
+    ``saturating_pairs``: ``packed`` is (QM1)'s (the binder's), and the twin is told."""
     inputs = (*given, *([None] * (9 - len(given))))
     a, a_scale, a_zero_point, b, b_scale, b_zero_point, c, y_scale, y_zero_point = inputs
     attrs = {"alpha": alpha, "transA": transA, "transB": transB}
+    if saturating_pairs:
+        attrs["saturating_pairs"] = saturating_pairs
 
     def fast() -> np.ndarray:
         if a.ndim != 2 or b.ndim != 2 or a.dtype not in _EIGHT_BIT or b.dtype not in _EIGHT_BIT:
@@ -851,6 +877,8 @@ def _qgemm_ms_native(
                 raise _Unsupported
         pk = packed
         if pk is None:
+            if saturating_pairs:
+                raise _Unsupported  # (QM1) runs on b prepacked at bind time only: the twin
             zb = _columns(b_zero_point, N, np.int32)
             pk = _pack(b.T if transB else b, _zero_point_arg(zb))
         return _gemm(
@@ -892,7 +920,14 @@ def bind_qgemm(model: Model, node: Node) -> tuple[Kernel | None, str]:
             return None, f"native QGemm takes float32 scales, {name} is {dt}"
     trans_b = bool(node.attrs.get("transB", 0))
     params: dict[str, Any] = {}
-    packed, n = _prepack(b, zb, transpose=trans_b)
+    saturating = _saturating(node, a, 3)
+    if saturating:  # (QM1): only on b prepacked for the vpmaddubsw family
+        packed, reason, n = _prepack_saturating(b, zb, transpose=trans_b)
+        if packed is None:
+            return None, reason
+        params["saturating_pairs"] = 1
+    else:
+        packed, n = _prepack(b, zb, transpose=trans_b)
     if packed is not None:
         params["packed"] = packed
         cc = _const(c)
@@ -913,7 +948,7 @@ def bind_qgemm(model: Model, node: Node) -> tuple[Kernel | None, str]:
                 if m is None or not _valid_multiplier(m):
                     return None, "output multiplier alpha·sa·sb[/sy] is not finite and > 0 for every column"
                 params["multiplier"] = m
-    name = _kernel_name("qgemm", _dtype(a), _dtype(b), packed is not None)
+    name = _kernel_name("qgemm", _dtype(a), _dtype(b), packed is not None, saturating)
     return Kernel(
         _qgemm_ms_native, "native", name, params=params, out=True, specialize=_qgemm_specialized
     ), ""
@@ -928,12 +963,13 @@ def _qgemm_specialized(
     packed: Any = None,
     multiplier: np.ndarray | None = None,
     bias_n: np.ndarray | None = None,
+    saturating_pairs: int = 0,
 ) -> Any:
     """QGemm with B prepacked and every scale and zero point constant: the checks of
     ``fast()`` made once per signature, a run is the qgemm call alone (a wake-word head's
     three GEMVs spent more time in those checks than in the kernel)."""
     attrs = {"alpha": alpha, "transA": transA, "transB": transB, "packed": packed}
-    attrs.update(multiplier=multiplier, bias_n=bias_n)
+    attrs.update(multiplier=multiplier, bias_n=bias_n, saturating_pairs=saturating_pairs)
     if packed is None or multiplier is None or transA or not sig.shapes or sig.shapes[0] is None:
         return None
     inputs = (*sig.consts, *([None] * (9 - len(sig.consts))))
@@ -1164,7 +1200,8 @@ def _bind_integer_to_float(
         if dt is not None and dt != F32:
             return None, f"native {op} takes float32 scales and bias, {name} is {dt}"
     if saturating:
-        return _prepack_saturating(b, zb)
+        packed, reason, _ = _prepack_saturating(b, zb)
+        return packed, reason
     packed = None
     w, z = _const(b), _const(zb)
     if (

@@ -14,8 +14,11 @@ MlasQLinearConv    im2col (zx outside x; a 1x1 Conv of stride 1     ``mlas_qline
 
 The weights are packed once, at bind time, with the per-channel multipliers m[f] =
 f32(f32(sx·sw[f]) / sy) of (QC4), the zero points and the bias codes: the rule that
-writes the node (QdqConvToMlasQLinearConv) makes all of them constants. A node whose
-parameters are not constants, or whose x is not 4-D, runs on the twin.
+writes the node (QdqConvToMlasQLinearConv) makes all of them constants. A 1-D Conv (x
+[N, C, L], w [F, C, k]) is the 2-D one of x [N, C, 1, L] and w [F, C, 1, k]: the same
+(QC1) rows (kh = 0, kw, c), so the same pairs, and ORT's 1-D QLinearConv is that
+convolution (tests/kernels/test_mlas_qconv.py compares it with onnxruntime). A node whose
+parameters are not constants, or whose x is neither 3-D nor 4-D, runs on the twin.
 """
 
 from __future__ import annotations
@@ -65,10 +68,27 @@ def _mlas_qconv(
     call: dict[str, Any],
     **attrs: Any,
 ) -> np.ndarray:
-    """One ``mlas_qconv`` call with the bound constants (x 4-D), else the twin."""
+    """One ``mlas_qconv`` call with the bound constants (x 4-D, or 3-D for a 1-D Conv seen
+    as a 2-D one of height 1), else the twin."""
     x = np.asarray(x)
-    if x.ndim != 4 or x.dtype not in (np.uint8, np.int8):
+    if x.ndim != call["rank"] + 2 or x.dtype not in (np.uint8, np.int8):
         return _twin(ctx, x, *inputs, out=out, **attrs)
+    if call["rank"] == 1:  # [N, C, L] -> [N, C, 1, L]: views of contiguous buffers
+        y = _native.mlas_qconv(
+            np.ascontiguousarray(x)[:, :, None, :],
+            call["packed"],
+            call["zx"],
+            call["multiplier"],
+            call["zy"],
+            call["y_signed"],
+            call["bias"],
+            call["strides"],
+            call["dilations"],
+            call["pads"],
+            _threads(ctx),
+            None if out is None else out[:, :, None, :],
+        )
+        return y.reshape(y.shape[0], y.shape[1], y.shape[3]) if out is None else out
     return _native.mlas_qconv(
         np.ascontiguousarray(x),
         call["packed"],
@@ -92,15 +112,22 @@ def _call(node: Node) -> tuple[dict[str, Any] | None, str]:
     if any(consts.get(k) is None for k in names[1:8]):
         return None, "scales, zero points or weights are not constants"
     w = np.ascontiguousarray(consts["w"])
-    if w.dtype != np.int8 or w.ndim != 4:
-        return None, f"w {w.dtype} of rank {w.ndim} (int8, 2-D Convs only)"
+    if w.dtype != np.int8 or w.ndim not in (3, 4):
+        return None, f"w {w.dtype} of rank {w.ndim} (int8, 1-D and 2-D Convs only)"
+    rank = w.ndim - 2
+    if rank == 1:  # the 2-D Conv of height 1 (module docstring)
+        w = np.ascontiguousarray(w[:, :, None, :])
     f, group = w.shape[0], int(node.attrs.get("group", 1))
     if group < 1 or f % group:
         return None, f"group {group} does not divide the {f} filters"
     zw = np.ascontiguousarray(np.broadcast_to(np.asarray(consts["zw"]).astype(np.int32).reshape(-1), (f,)))
     zy = np.asarray(consts["zy"])
     b = consts.get("b")
-    pads = [int(v) for v in node.attrs.get("pads", [0, 0, 0, 0])]
+    pads = [int(v) for v in node.attrs.get("pads", [0] * 2 * rank)]
+    strides = [int(v) for v in node.attrs.get("strides", [1] * rank)]
+    dilations = [int(v) for v in node.attrs.get("dilations", [1] * rank)]
+    if rank == 1:  # height 1: no stride, dilation or padding along it
+        pads, strides, dilations = [0, pads[0], 0, pads[1]], [1, *strides], [1, *dilations]
     return {
         "packed": _native.mlas_qconv_pack(w, zw, group),
         "zx": int(np.asarray(consts["zx"]).reshape(-1)[0]),
@@ -108,9 +135,10 @@ def _call(node: Node) -> tuple[dict[str, Any] | None, str]:
         "zy": int(zy.reshape(-1)[0]),
         "y_signed": zy.dtype == np.int8,
         "bias": None if b is None else np.ascontiguousarray(np.asarray(b).astype(np.int32).reshape(-1)),
-        "strides": [int(v) for v in node.attrs.get("strides", [1, 1])],
-        "dilations": [int(v) for v in node.attrs.get("dilations", [1, 1])],
+        "strides": strides,
+        "dilations": dilations,
         "pads": [pads[0], pads[1], pads[2], pads[3]],
+        "rank": rank,
     }, ""
 
 
