@@ -18,6 +18,7 @@ Why the result is the single process's, bit for bit (docs/scale.md):
 from __future__ import annotations
 
 import copy
+import threading
 import time
 import uuid
 from collections import OrderedDict
@@ -25,36 +26,43 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+import numpy as np
 import onnx
 
 from quanta.calibrate.histogram import HistogramObserver
 from quanta.calibrate.moving_average import MovingAverageMinMaxObserver, MovingAverageSteps
 from quanta.calibrate.observer import ObserverBase, ObserverResult
-from quanta.calibrate.readers import ImagePreprocess, SampleRef, load_sample, sample_refs
-from quanta.calibrate.runner import CalibrationResult, ChannelMean, MeanResult, calibrate, compile_executor
+from quanta.calibrate.readers import ImagePreprocess, SampleRef, iter_feeds, load_sample, sample_refs
+from quanta.calibrate.runner import (
+    CalibrationResult,
+    ChannelMean,
+    MeanResult,
+    _with_defaults,
+    calibrate,
+    compile_executor,
+)
 from quanta.calibrate.weighted_mse import WeightedMSEObserver
 from quanta.ir.graph import Model
 from quanta.ir.onnx_io import from_proto, to_proto
 from quanta.runtime.execute import Executor
-from quanta.scale.engines import Engine, ShardProgress
+from quanta.scale.engines import Engine, InProcessEngine, ShardProgress
 
 __all__ = [
     "MIN_SHARD_SAMPLES",
     "SHARDS_PER_WORKER",
     "ShardFold",
     "ShardState",
-    "Tail",
     "calibrate_sharded",
     "cut_tail",
     "default_shards",
     "finish_state",
+    "first_value_shapes",
     "join_states",
     "merge_into",
     "merge_pair",
     "merge_run",
     "merge_states",
     "prepared",
-    "shard_items",
     "split",
     "split_state",
 ]
@@ -97,15 +105,15 @@ class _Job:
         """The job as it travels (computed once per job: the model's serialisation is the
         driver's cost, paid once however many times the job is sent). With ``prune``, the
         model's bytes leave out its tail (the nodes no observed value depends on,
-        :func:`cut_tail`), which travels apart as ``tail``, to shard 0 only."""
+        :func:`cut_tail`); ``pruned`` says whether there was one."""
         cached = self.__dict__.get("_wire")
         if cached is None:
             rest = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "model"}
             proto = to_proto(self.model)
-            tail = None
+            pruned = False
             if self.prune:
                 needed = [*self.tensors, *self.channel_means, *(st.x_name for st in self.stats)]
-                tail = cut_tail(proto, needed)
+                pruned = cut_tail(proto, needed)
             model_bytes = proto.SerializeToString()
             # The worker's cache key: drawn per job, not hashed from its content. A content
             # digest would also let a job equal to an earlier one find it prepared, but it
@@ -113,7 +121,7 @@ class _Job:
             # serial work of the driver before anything is sent, against a preparation that
             # the workers pay in parallel (12 ms) and only for a job sent again.
             cached = _JobWire(uuid.uuid4().hex, model_bytes, rest)
-            cached.tail = tail
+            cached.pruned = pruned
             object.__setattr__(self, "_wire", cached)
         return cached
 
@@ -129,90 +137,54 @@ class _Job:
 class _JobWire:
     """A :class:`_Job` as a worker receives it: the digest, the model's ONNX bytes and the
     other fields as they are. Reading one copies the bytes; the model is parsed, built
-    and compiled only where the digest is not prepared yet (:func:`prepared`). ``tail``
-    (the driver's side only, never pickled with the job): the model's tail that a
-    pruned job leaves out (:func:`cut_tail`), or None."""
+    and compiled only where the digest is not prepared yet (:func:`prepared`).
+    ``pruned`` (the driver's side only, never pickled with the job): whether the bytes
+    leave out the model's tail (:func:`cut_tail`)."""
 
-    __slots__ = ("digest", "model_bytes", "rest", "tail")
+    __slots__ = ("digest", "model_bytes", "pruned", "rest")
 
     def __init__(self, digest: str, model_bytes: bytes, rest: dict[str, Any]) -> None:
         self.digest = digest
         self.model_bytes = model_bytes
         self.rest = rest
-        self.tail: Tail | None = None
+        self.pruned = False
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_JobWire, (self.digest, self.model_bytes, self.rest))
 
-    def job(self, tail: Tail | None = None) -> _Job:
-        """The job's model built from its bytes; with ``tail``, the whole model (the tail
-        put back where :func:`cut_tail` took it from)."""
+    def job(self) -> _Job:
         proto = onnx.ModelProto()
         proto.ParseFromString(self.model_bytes)
-        if tail is not None:
-            tail.restore(proto)
         out = _Job(model=from_proto(proto, "calibration job"), **self.rest)
         object.__setattr__(out, "_wire", self)
         return out
-
-
-@dataclass(frozen=True)
-class Tail:
-    """What :func:`cut_tail` took out of a model: its nodes and the initializers only they
-    read (a GraphProto's bytes), the positions both had, and the graph's outputs."""
-
-    graph: bytes
-    node_positions: tuple[int, ...]
-    initializer_positions: tuple[int, ...]
-
-    def restore(self, proto: onnx.ModelProto) -> None:
-        """Put the tail back into ``proto`` (the pruned model): the same nodes,
-        initializers and outputs in the same order as before the cut, so the model
-        serialises to the same bytes."""
-        cut = onnx.GraphProto()
-        cut.ParseFromString(self.graph)
-        g = proto.graph
-        for field_name, positions in (
-            ("node", self.node_positions),
-            ("initializer", self.initializer_positions),
-        ):
-            kept, back = list(getattr(g, field_name)), list(getattr(cut, field_name))
-            merged: list[Any] = [None] * (len(kept) + len(back))
-            for pos, item in zip(positions, back):
-                merged[pos] = item
-            rest = iter(kept)
-            merged = [item if item is not None else next(rest) for item in merged]
-            del getattr(g, field_name)[:]
-            getattr(g, field_name).extend(merged)
-        del g.output[:]
-        g.output.extend(cut.output)
 
 
 def _has_subgraph(node: onnx.NodeProto) -> bool:
     return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
 
 
-def cut_tail(proto: onnx.ModelProto, needed: Iterable[str]) -> Tail | None:
+def cut_tail(proto: onnx.ModelProto, needed: Iterable[str]) -> bool:
     """Take out of ``proto`` (in place) its tail: the nodes that no value of ``needed``
     (observed tensors, channel means, statistics' inputs) depends on, and the
-    initializers only they read; the graph's outputs become the values the kept nodes
-    compute that no kept node reads (and the old outputs still computed). Every
-    ``needed`` value is computed by the kept nodes from the same inputs by the same
-    nodes, so it is the same array; only the value shapes of the tail's values (which
-    ``calibrate`` records for the first sample) need the tail, which is why shard 0,
-    whose first sample is the data's first, runs the whole model (:func:`shard_items`).
-    The graph inputs stay (the feeds are the same). None, ``proto`` unchanged, where
-    there is no tail or where a needed name is not a value of the main graph or a node
-    has a subgraph (a name observed inside a body: kept whole, to be safe).
-    On EfficientNet-Lite0 the tail is the classifier Gemm: 5.1 MB of its 18.6 MB."""
+    initializers only they read; the graph's outputs become the old outputs still
+    computed and the values the kept nodes compute that no kept node reads. Every
+    ``needed`` value is computed from the same inputs by the same nodes, so it is the
+    same array; what the tail's values would add to a shard is their shapes
+    (``ShardState.value_shapes``), which the driver records itself from the data's first
+    sample (:func:`first_value_shapes`). The graph inputs stay (the feeds are the same).
+    False, ``proto`` unchanged, where there is no tail, where a needed name is not a
+    value of the main graph or where a node has a subgraph (a name observed inside a
+    body: the model is kept whole). On EfficientNet-Lite0 the tail is the classifier
+    Gemm: 5.1 MB of the model's 18.6 MB."""
     g = proto.graph
     if any(_has_subgraph(n) for n in g.node):
-        return None
-    known = {i.name for i in g.input} | {i.name for i in g.initializer}
-    known.update(o for n in g.node for o in n.output)
+        return False
+    sources = {i.name for i in g.input} | {i.name for i in g.initializer}
+    known = sources | {o for n in g.node for o in n.output}
     wanted = set(needed)
     if not wanted <= known:
-        return None
+        return False
     live = set(wanted)
     keep = [False] * len(g.node)
     for k in range(len(g.node) - 1, -1, -1):
@@ -221,26 +193,17 @@ def cut_tail(proto: onnx.ModelProto, needed: Iterable[str]) -> Tail | None:
             keep[k] = True
             live.update(i for i in node.input if i)
     if all(keep):
-        return None
+        return False
     kept_nodes = [n for n, k in zip(g.node, keep) if k]
     read = {i for n in kept_nodes for i in n.input}
     produced = [o for n in kept_nodes for o in n.output if o]
-    available = set(produced) | {i.name for i in g.input} | {i.name for i in g.initializer}
+    available = set(produced) | sources
     outputs = [o.name for o in g.output if o.name in available]
     outputs += [o for o in produced if o not in read and o not in outputs]
     if not outputs:
-        return None
-    cut = onnx.GraphProto()
-    cut.output.extend(g.output)
-    node_positions = tuple(k for k, kk in enumerate(keep) if not kk)
-    cut.node.extend(g.node[k] for k in node_positions)
-    tail_reads = {i for n in cut.node for i in n.input}
-    init_positions = tuple(
-        k
-        for k, t in enumerate(g.initializer)
-        if t.name in tail_reads and t.name not in read and t.name not in wanted
-    )
-    cut.initializer.extend(g.initializer[k] for k in init_positions)
+        return False
+    tail_reads = {i for n, k in zip(g.node, keep) if not k for i in n.input}
+    dropped = [k for k, t in enumerate(g.initializer) if t.name in tail_reads and t.name not in read | wanted]
     types = {vi.name: vi for vi in [*g.value_info, *g.output]}
     new_outputs = []
     for name in outputs:
@@ -250,13 +213,77 @@ def cut_tail(proto: onnx.ModelProto, needed: Iterable[str]) -> Tail | None:
         else:
             vi.name = name
         new_outputs.append(vi)
-    for k in reversed(node_positions):
-        del g.node[k]
-    for k in reversed(init_positions):
+    for k in reversed(range(len(g.node))):
+        if not keep[k]:
+            del g.node[k]
+    for k in reversed(dropped):
         del g.initializer[k]
     del g.output[:]
     g.output.extend(new_outputs)
-    return Tail(cut.SerializeToString(), node_positions, init_positions)
+    return True
+
+
+def first_value_shapes(
+    model: Model, ref: SampleRef, preprocess: ImagePreprocess | None
+) -> dict[str, tuple[int, ...]]:
+    """The shape of every value of ``model`` on the sample ``ref``, as
+    :func:`~quanta.calibrate.runner.calibrate` records them from its first sample (the
+    feed's inputs, then every value the executor reports): the value shapes of a
+    calibration whose shards run a pruned model (:func:`cut_tail`), recorded by the
+    driver from the data's first sample with the whole model. No observer, no BLAS
+    thread limit (a shape does not depend on how a sum is split, and the limit is
+    process-wide: this runs beside the engine's wait)."""
+    graph = model.graph
+    input_names = {v.name for v in graph.inputs}
+    shapes: dict[str, tuple[int, ...]] = {}
+
+    def record(name: str, arr: Any) -> None:
+        if isinstance(arr, np.ndarray):
+            shapes[name] = arr.shape
+
+    exe = compile_executor(model)
+    for feed in iter_feeds([load_sample(ref, [v.name for v in graph.inputs], preprocess)], graph.inputs):
+        for name, arr in feed.items():
+            if name in input_names:
+                record(name, arr)
+        exe.run(_with_defaults(feed, graph), [v.name for v in graph.outputs], on_value=record)
+    return shapes
+
+
+class _FirstShapes:
+    """:func:`first_value_shapes` of the data's first sample, in a thread of the driver
+    while an engine that runs the shards elsewhere waits for them (off the critical
+    path: ~30 ms on EfficientNet-Lite0 against a 1.3 s shard); at once, here, for the
+    in-process engine, whose shards run in this thread."""
+
+    def __init__(
+        self, model: Model, ref: SampleRef, preprocess: ImagePreprocess | None, background: bool
+    ) -> None:
+        self._out: dict[str, tuple[int, ...]] | None = None
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        args = (model, ref, preprocess)
+        if background:
+            self._thread = threading.Thread(
+                target=self._run, args=args, name="quanta-first-shapes", daemon=True
+            )
+            self._thread.start()
+        else:
+            self._run(*args)
+
+    def _run(self, model: Model, ref: SampleRef, preprocess: ImagePreprocess | None) -> None:
+        try:
+            self._out = first_value_shapes(model, ref, preprocess)
+        except BaseException as e:  # re-raised in the caller's thread by result()
+            self._error = e
+
+    def result(self) -> dict[str, tuple[int, ...]]:
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._out is not None
+        return self._out
 
 
 @dataclass(frozen=True)
@@ -276,19 +303,18 @@ _PREPARED: OrderedDict[str, _Prepared] = OrderedDict()
 _PREPARED_MAX = 2
 
 
-def prepared(job: _Job | _JobWire, tail: Tail | None = None) -> _Prepared:
-    """``job`` ready to run (with ``tail``: its whole model), from this process's cache
-    when a job of the same digest (and the same tail or none) was prepared here before
-    (the prepared job is never changed by a shard: every shard observes into copies of
-    the prototypes and statistics)."""
-    digest = job.digest if tail is None else job.digest + "+tail"
+def prepared(job: _Job | _JobWire) -> _Prepared:
+    """``job`` ready to run, from this process's cache when a job of the same digest was
+    prepared here before (the prepared job is never changed by a shard: every shard
+    observes into copies of the prototypes and statistics)."""
+    digest = job.digest
     hit = _PREPARED.get(digest)
     if hit is not None:
         _PREPARED.move_to_end(digest)
         return hit
     # built from the bytes even in the driver's process: the caller's model may change
     # after the job (quantize_static inserts QDQ into it), the prepared one must not
-    full = (job if isinstance(job, _JobWire) else job.wire()).job(tail)
+    full = (job if isinstance(job, _JobWire) else job.wire()).job()
     out = _Prepared(full, compile_executor(full.model))
     _PREPARED[digest] = out
     while len(_PREPARED) > _PREPARED_MAX:
@@ -332,26 +358,11 @@ def split(n: int, shards: int) -> list[range]:
     return out
 
 
-Shard = tuple[int, Sequence[SampleRef]] | tuple[int, Sequence[SampleRef], Tail]
-
-
-def shard_items(job: _Job, refs: Sequence[SampleRef], runs: Sequence[range]) -> list[Shard]:
-    """The tasks of ``job``: (index, its samples), and for shard 0 of a pruned job also
-    the model's tail (:func:`cut_tail`): the data's first sample is shard 0's, and its
-    value shapes (``ShardState.value_shapes``, every value of the model) need the whole
-    model; the other shards run the model without its tail."""
-    items: list[Shard] = [(i, [refs[k] for k in r]) for i, r in enumerate(runs)]
-    tail = job.wire().tail if job.prune else None
-    if tail is not None and items:
-        items[0] = (0, items[0][1], tail)
-    return items
-
-
-def run_shard(job: _Job | _JobWire, shard: Shard) -> ShardState:
+def run_shard(job: _Job | _JobWire, shard: tuple[int, Sequence[SampleRef]]) -> ShardState:
     """Calibrate one shard with the single-process runner (what a worker runs), with the
-    job this process prepared (:func:`prepared`; with the shard's tail, the whole model)."""
-    index, refs = shard[0], shard[1]
-    ready = prepared(job, shard[2] if len(shard) > 2 else None)  # type: ignore[misc]
+    job this process prepared (:func:`prepared`)."""
+    index, refs = shard
+    ready = prepared(job)
     job = ready.job
     names = [v.name for v in job.model.graph.inputs]
 
@@ -699,7 +710,10 @@ def calibrate_sharded(
         # one shard runs the whole model anyway: nothing to spare it
         prune=len(runs) > 1,
     )
-    items = shard_items(job, refs, runs)
+    items = [(i, [refs[k] for k in r]) for i, r in enumerate(runs)]
+    shapes = None
+    if job.wire().pruned:  # the shards' value shapes lack the tail's: the driver's instead
+        shapes = _FirstShapes(model, refs[0], preprocess, background=not isinstance(engine, InProcessEngine))
     t0 = time.perf_counter()
     shown = ShardProgress("calibrating", progress)
     reduce = getattr(engine, "reduce", None)
@@ -713,7 +727,7 @@ def calibrate_sharded(
         engine.map(run_shard, job, items, shown, on_result=fold)
         merged = fold.result() if finish is None else finish(fold.result())
     out = CalibrationResult({name: _from_shards(merged.observers[name]) for name in wanted})
-    out.value_shapes = merged.value_shapes
+    out.value_shapes = merged.value_shapes if shapes is None else shapes.result()
     out.samples = merged.samples
     out.seconds = time.perf_counter() - t0
     out.shard_cpu_seconds = merged.cpu_seconds
