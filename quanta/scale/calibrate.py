@@ -252,33 +252,33 @@ def first_value_shapes(
 
 class _FirstShapes:
     """:func:`first_value_shapes` of the data's first sample, in a thread of the driver
-    while an engine that runs the shards elsewhere waits for them (off the critical
-    path: ~30 ms on EfficientNet-Lite0 against a 1.3 s shard); at once, here, for the
-    in-process engine, whose shards run in this thread."""
+    started by :meth:`start` (once the engine has submitted the shards: the thread would
+    hold the GIL against the submission) and run while they run, off the critical path
+    (~50 ms CPU on EfficientNet-Lite0 against a 1.3 s shard); in the caller's thread by
+    :meth:`result` if never started (the in-process engine, whose shards run in this
+    process: the BLAS thread limit they set is process-wide)."""
 
-    def __init__(
-        self, model: Model, ref: SampleRef, preprocess: ImagePreprocess | None, background: bool
-    ) -> None:
+    def __init__(self, model: Model, ref: SampleRef, preprocess: ImagePreprocess | None) -> None:
+        self._args = (model, ref, preprocess)
         self._out: dict[str, tuple[int, ...]] | None = None
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
-        args = (model, ref, preprocess)
-        if background:
-            self._thread = threading.Thread(
-                target=self._run, args=args, name="quanta-first-shapes", daemon=True
-            )
-            self._thread.start()
-        else:
-            self._run(*args)
 
-    def _run(self, model: Model, ref: SampleRef, preprocess: ImagePreprocess | None) -> None:
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="quanta-first-shapes", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
         try:
-            self._out = first_value_shapes(model, ref, preprocess)
+            self._out = first_value_shapes(*self._args)
         except BaseException as e:  # re-raised in the caller's thread by result()
             self._error = e
 
     def result(self) -> dict[str, tuple[int, ...]]:
-        if self._thread is not None:
+        if self._thread is None:
+            self._run()
+        else:
             self._thread.join()
         if self._error is not None:
             raise self._error
@@ -711,11 +711,17 @@ def calibrate_sharded(
         prune=len(runs) > 1,
     )
     items = [(i, [refs[k] for k in r]) for i, r in enumerate(runs)]
-    shapes = None
-    if job.wire().pruned:  # the shards' value shapes lack the tail's: the driver's instead
-        shapes = _FirstShapes(model, refs[0], preprocess, background=not isinstance(engine, InProcessEngine))
+    # the shards' value shapes lack a pruned job's tail: the driver records them instead
+    shapes = _FirstShapes(model, refs[0], preprocess) if job.wire().pruned else None
     t0 = time.perf_counter()
-    shown = ShardProgress("calibrating", progress)
+    report = ShardProgress("calibrating", progress)
+
+    def shown(done: int, total: int) -> None:
+        # every shard submitted (progress(0, n)) or one done: the driver is free
+        if shapes is not None and not isinstance(engine, InProcessEngine):
+            shapes.start()
+        report(done, total)
+
     reduce = getattr(engine, "reduce", None)
     finish = finish_state if results else None
     if reduce is not None:  # merged where the engine runs (Ray: reduce-scatter on the workers)
