@@ -967,6 +967,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         say("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         detail: list[str] = []
+        whole_job: list[str] = []  # the same shards composed with the job sent whole
         breakdown: list[str] = []
         one = None  # the k = 1 composition: the what-if's merges of N states
         for k in sorted(ks):
@@ -979,6 +980,24 @@ def main(argv: list[str] | None = None) -> int:
             for g in gbps:
                 for label, ts in (("measured", times), ("flat", [t_cal / len(times)] * len(times))):
                     out = sim.reduce_scatter(ts, g * 1e9 / 8)
+                    if jobs[k].prune:
+                        # A/B within this run: the same t_i, states and merges, only the
+                        # job's terms those of the whole model (no tail cut, no shapes run)
+                        kept = sim.job_bytes, sim.job_prep, sim.build, sim.shapes_end
+                        w = costs[False]
+                        sim.job_bytes, sim.job_prep, sim.build, sim.shapes_end = (
+                            w["bytes"],
+                            w["prep"],
+                            w["build"],
+                            0.0,
+                        )
+                        alt = sim.reduce_scatter(ts, g * 1e9 / 8)
+                        sim.job_bytes, sim.job_prep, sim.build, sim.shapes_end = kept
+                        whole_job.append(
+                            f"k={k}, {g:g} Gb/s, t_i {label}: T_N {out['T']:.3f} s pruned job "
+                            f"(efficiency {t_in / (n * out['T']):.3f}), {alt['T']:.3f} s whole job "
+                            f"({t_in / (n * alt['T']):.3f}): {(alt['T'] - out['T']) * 1e3:+.1f} ms"
+                        )
                     if label == "flat":
                         flat = out
                         continue
@@ -1043,6 +1062,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         for line in detail:
             say(f"  {line}")
+        if whole_job:
+            say()
+            say("The job pruned (as the engine sends it) against the whole model, in the same compositions:")
+            for line in whole_job:
+                say(f"  {line}")
         say()
         say("Critical path (reduce-scatter, measured t_i):")
         for line in breakdown:
