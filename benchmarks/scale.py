@@ -44,10 +44,14 @@ calibration folder) and every run reads that folder: a shard travels as its path
 each worker reads its own samples (``--data memory`` sends the feeds with the tasks
 instead).
 
-The driver first builds the job (b: the model serialised, the job pickled; CPU, timed
-on a fresh job), which then reaches the N workers by doubling, each
+The driver first builds the job (b: the model's tail cut, the model serialised, the job
+pickled; CPU, timed on a fresh job), which then reaches the N workers by doubling, each
 machine that has it serving one more per round (what an object store that serves copies
 from every node allows: J = b + ⌈log₂(N+1)⌉·|job|/bw + latency); nothing starts before J.
+With more than one shard the job leaves out the model's tail (the nodes no observed value
+depends on: ``cut_tail``), and the driver records the value shapes of the data's first
+sample with the whole model (``first_value_shapes``: its CPU, least of 3) in a thread
+while the shards run: charged as driver work from b on, T_N no earlier than its end.
 
 Scheduling (docs/scale.md eq. (S4)): the shard tasks are submitted in shard order and
 every worker runs one task at a time; a worker that frees takes the ready task submitted
@@ -177,6 +181,7 @@ from quanta.scale.calibrate import (  # noqa: E402
     _for_shards,
     _Job,
     finish_state,
+    first_value_shapes,
     join_states,
     merge_run,
     run_shard,
@@ -372,10 +377,20 @@ class _Composition:
     a merge of the same runs is the same work at every link speed)."""
 
     def __init__(
-        self, n: int, states: Iterable, job_bytes: int, trip: float, job_prep: float, lat: float, build: float
+        self,
+        n: int,
+        states: Iterable,
+        job_bytes: int,
+        trip: float,
+        job_prep: float,
+        lat: float,
+        build: float,
+        shapes: float = 0.0,
     ):
         self.n, self.trip, self.job_prep, self.lat, self.build = n, trip, job_prep, lat, build
         self.job_bytes = job_bytes
+        # a pruned job: the driver records the first sample's value shapes from b on
+        self.shapes_end = build + shapes if shapes else 0.0
         self.parts, self.cut, self.whole, self.pack = [], [], [], []
         for st in states:
             t = time.thread_time()
@@ -508,6 +523,7 @@ class _Composition:
             fin = time.thread_time() - t
             drv += fin
         roots = max(f[0] for f in finals)
+        drv = max(drv, self.shapes_end)
         acc.update(
             T=drv,
             job=job,
@@ -570,7 +586,9 @@ class _Composition:
         t = time.thread_time()
         pickle.loads(blob)
         # the root's results (finish_state of the whole state), charged after its read
-        acc["T"] = transfer(w, -1, at, len(blob)) + time.thread_time() - t + self.finish_whole
+        acc["T"] = max(
+            self.shapes_end, transfer(w, -1, at, len(blob)) + time.thread_time() - t + self.finish_whole
+        )
         return acc
 
     def worker_loads(self, times: list[float]) -> list[float]:
@@ -611,7 +629,7 @@ class _Composition:
         merged = 0.0
         for i in range(self.s):
             merged = max(merged, arrive[i]) + self.steps[i]
-        return {"T": merged + self.finish_whole}  # then the results of the fold, here
+        return {"T": max(self.shapes_end, merged + self.finish_whole)}  # then the fold's results, here
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -816,7 +834,8 @@ def main(argv: list[str] | None = None) -> int:
     # least of 3); every task pays Ray's round trip (the no-op's, above)
     prototypes = {n: _for_shards(make(n)) for n in tensors}
 
-    def make_job(starts: tuple[int, ...]) -> _Job:
+    def make_job(starts: tuple[int, ...], prune: bool | None = None) -> _Job:
+        # pruned as calibrate_sharded prunes: when there is more than one shard
         return _Job(
             model=model,
             tensors=tuple(tensors),
@@ -824,23 +843,36 @@ def main(argv: list[str] | None = None) -> int:
             preprocess=None,
             channel_means=dict(means_for),
             starts=starts,
+            prune=len(starts) > 1 if prune is None else prune,
         )
 
-    # the driver builds the job before anything is sent: the model serialised, the pickle
-    # (a fresh job each time: the wire is cached on the job; CPU, least of 3)
-    job_build = math.inf
-    for _ in range(3):
-        fresh = make_job(())
-        t = time.thread_time()
-        job_blob = pickle.dumps(fresh, protocol=5)
-        job_build = min(job_build, time.thread_time() - t)
-    job_bytes = len(job_blob)
-    job_prep = math.inf
-    for _ in range(3):
-        _PREPARED.clear()
-        t = time.thread_time()
-        prepared_job(pickle.loads(job_blob))
-        job_prep = min(job_prep, time.thread_time() - t)
+    def job_costs(prune: bool) -> dict[str, Any]:
+        """The driver builds the job before anything is sent: the model serialised (pruned:
+        its tail cut first), the pickle (a fresh job each time: the wire is cached on the
+        job; CPU, least of 3); a worker prepares it once (cold cache, CPU, least of 3); a
+        pruned job's driver records the first sample's value shapes (CPU, least of 3)."""
+        build = math.inf
+        for _ in range(3):
+            fresh = make_job((), prune)
+            t = time.thread_time()
+            blob = pickle.dumps(fresh, protocol=5)
+            build = min(build, time.thread_time() - t)
+        prep = math.inf
+        for _ in range(3):
+            _PREPARED.clear()
+            t = time.thread_time()
+            prepared_job(pickle.loads(blob))
+            prep = min(prep, time.thread_time() - t)
+        shapes = math.inf if fresh.wire().pruned else 0.0
+        for _ in range(3 if shapes else 0):
+            t = time.thread_time()
+            first_value_shapes(model, refs[0], None)
+            shapes = min(shapes, time.thread_time() - t)
+        return {"build": build, "blob": blob, "bytes": len(blob), "prep": prep, "shapes": shapes}
+
+    costs = {prune: job_costs(prune) for prune in (True, False)}
+    job_blob = costs[True]["blob"]
+    job_build, job_bytes, job_prep = costs[True]["build"], costs[True]["bytes"], costs[True]["prep"]
     warm = math.inf
     for _ in range(5):
         t = time.thread_time()
@@ -852,8 +884,11 @@ def main(argv: list[str] | None = None) -> int:
     estimate = statistics.median if args.estimate == "median" else min
     say()
     say(
-        f"Simulation: the driver builds the job ({job_build * 1e3:.1f} ms CPU: the model serialised, "
-        f"the job pickled; {job_bytes / 1e6:.1f} MB) before sending it; "
+        f"Simulation: the driver builds the job ({job_build * 1e3:.1f} ms CPU: the model's tail cut, the model "
+        f"serialised, the job pickled; {job_bytes / 1e6:.2f} MB; whole: {costs[False]['bytes'] / 1e6:.2f} MB, "
+        f"{costs[False]['build'] * 1e3:.1f} ms, prepared in {costs[False]['prep'] * 1e3:.1f} ms) before sending it, "
+        f"then records the first sample's value shapes ({costs[True]['shapes'] * 1e3:.1f} ms CPU, in a thread "
+        "while the shards run); "
         f"a worker prepares the job once ({job_prep * 1e3:.1f} ms CPU: read + model built + plan "
         f"compiled; {warm * 1e3:.2f} ms for each later shard of the job, the per-process cache), every task "
         f"pays Ray's round trip {ray_trip * 1e3:.1f} ms; latency {args.latency * 1e3:g} ms; T_in and each "
@@ -932,6 +967,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         say("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         detail: list[str] = []
+        whole_job: list[str] = []  # the same shards composed with the job sent whole
         breakdown: list[str] = []
         one = None  # the k = 1 composition: the what-if's merges of N states
         for k in sorted(ks):
@@ -939,10 +975,29 @@ def main(argv: list[str] | None = None) -> int:
             # the shards' states, once more (the rounds above keep none), each cut and pickled
             # as it is made: only their pickled forms are kept
             states = (run_shard(jobs[k], item) for item in items[k])
-            sim = _Composition(n, states, job_bytes, ray_trip, job_prep, lat, job_build)
+            c = costs[jobs[k].prune]
+            sim = _Composition(n, states, c["bytes"], ray_trip, c["prep"], lat, c["build"], c["shapes"])
             for g in gbps:
                 for label, ts in (("measured", times), ("flat", [t_cal / len(times)] * len(times))):
                     out = sim.reduce_scatter(ts, g * 1e9 / 8)
+                    if jobs[k].prune:
+                        # A/B within this run: the same t_i, states and merges, only the
+                        # job's terms those of the whole model (no tail cut, no shapes run)
+                        kept = sim.job_bytes, sim.job_prep, sim.build, sim.shapes_end
+                        w = costs[False]
+                        sim.job_bytes, sim.job_prep, sim.build, sim.shapes_end = (
+                            w["bytes"],
+                            w["prep"],
+                            w["build"],
+                            0.0,
+                        )
+                        alt = sim.reduce_scatter(ts, g * 1e9 / 8)
+                        sim.job_bytes, sim.job_prep, sim.build, sim.shapes_end = kept
+                        whole_job.append(
+                            f"k={k}, {g:g} Gb/s, t_i {label}: T_N {out['T']:.3f} s pruned job "
+                            f"(efficiency {t_in / (n * out['T']):.3f}), {alt['T']:.3f} s whole job "
+                            f"({t_in / (n * alt['T']):.3f}): {(alt['T'] - out['T']) * 1e3:+.1f} ms"
+                        )
                     if label == "flat":
                         flat = out
                         continue
@@ -1007,6 +1062,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         for line in detail:
             say(f"  {line}")
+        if whole_job:
+            say()
+            say("The job pruned (as the engine sends it) against the whole model, in the same compositions:")
+            for line in whole_job:
+                say(f"  {line}")
         say()
         say("Critical path (reduce-scatter, measured t_i):")
         for line in breakdown:

@@ -1,5 +1,9 @@
 """Engines: where the shards of a job run. One interface, three implementations.
 
+``progress(done, total)``: an engine that runs the items elsewhere (the local and Ray
+engines) also calls ``progress(0, total)`` once every item is submitted, so that a caller
+can start its own work then without delaying the submission.
+
 ``engine.map(fn, shared, items)`` returns ``[fn(shared, item) for item in items]`` in
 the order of ``items``, whatever order the workers finish in. ``shared`` (the model, the
 empty observers) is sent once per worker, not once per item. ``fn`` must be a module-level
@@ -104,6 +108,8 @@ class LocalEngine:
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx) as pool:
             futures = {pool.submit(fn, shared, item): i for i, item in enumerate(items)}
+            if progress:
+                progress(0, len(items))
             out: list[Any] = [None] * len(items)
             for done, fut in enumerate(as_completed(futures), 1):
                 out[futures[fut]] = _hand(on_result, futures[fut], fut.result())
@@ -139,6 +145,8 @@ class RayEngine:
             task = ray.remote(num_cpus=self.num_cpus, max_retries=self.max_retries)(_call)
             shared_ref = ray.put(shared)
             pending = [task.remote(fn, shared_ref, item) for item in items]
+            if progress:
+                progress(0, len(items))
             index = {ref: i for i, ref in enumerate(pending)}
             out: list[Any] = [None] * len(items)
             done = 0
@@ -201,6 +209,8 @@ class RayEngine:
                     ray, options, fn, shared_ref, items, merge, progress, split, join, finish
                 )
             leaves = [task.remote(fn, shared_ref, item) for item in items]
+            if progress:
+                progress(0, len(items))
             # _call(merge, a, b) = merge(a, b): a task that waits for its two inputs only
             # (object refs as arguments), which Ray moves from worker to worker
             root = tree_reduce(leaves, lambda a, b: task.remote(merge, a, b))
@@ -229,6 +239,8 @@ class RayEngine:
         # one item: its result is the merged result, finished in its own task
         last = finish if n == 1 else None
         outs = [leaf.remote(fn, split, parts, shared_ref, item, last) for item in items]
+        if progress:
+            progress(0, n)
         columns = [[o] for o in outs] if parts == 1 else outs
         tags = {c[p]: (p, i, i) for i, c in enumerate(columns) for p in range(parts)}
         merges = [AdjacentMerges() for _ in range(parts)]

@@ -538,3 +538,85 @@ def test_split_state_spreads_range_searches():
     assert _cost(big) == 300_017
     parts = split_state(ShardState(index=0, observers=observers, means={}, samples=1), 2)
     assert sorted(sorted(p.observers) for p in parts) == [["big", "s0"], ["s1"]]
+
+
+def _cnn_proto() -> onnx.ModelProto:
+    from quanta.ir.onnx_io import load, to_proto
+
+    # through quanta's loader and writer: the proto a job serialises
+    return to_proto(load(models.float_cnn().SerializeToString()))
+
+
+def test_cut_tail_keeps_what_the_observed_values_need_and_nothing_else():
+    """The Gemm computes the graph output only: with it unobserved it is the tail, and so
+    is its weight; the kept part's sink becomes the output; the inputs stay. Observing
+    the output, a name not in the main graph, or a node with a subgraph keeps the model
+    whole, byte for byte."""
+    from quanta.scale.calibrate import cut_tail
+
+    proto = _cnn_proto()
+    whole = proto.SerializeToString()
+    assert cut_tail(proto, ["x", "c", "r", "p", "f"]) is True
+    g = proto.graph
+    assert [n.op_type for n in g.node] == ["Conv", "Relu", "MaxPool", "Flatten"]
+    assert sorted(t.name for t in g.initializer) == ["b", "w"]
+    assert [o.name for o in g.output] == ["f"] and [i.name for i in g.input] == ["x"]
+    assert len(proto.SerializeToString()) < len(whole) - 5 * 84 * 4  # the 5 x 84 float weight left
+    # only the Conv's output observed: everything after the Conv is tail
+    proto = _cnn_proto()
+    assert cut_tail(proto, ["c"]) is True
+    assert [n.op_type for n in proto.graph.node] == ["Conv"] and [o.name for o in proto.graph.output] == ["c"]
+    for needed in (["c", "y"], ["c", "loop/body/v"]):
+        proto = _cnn_proto()
+        assert cut_tail(proto, needed) is False and proto.SerializeToString() == whole
+    proto = _cnn_proto()
+    body = onnx.helper.make_graph([], "body", [], [])
+    proto.graph.node.append(onnx.helper.make_node("If", ["c"], [], then_branch=body, else_branch=body))
+    before = proto.SerializeToString()
+    assert cut_tail(proto, ["c"]) is False and proto.SerializeToString() == before
+
+
+def test_a_pruned_job_gives_the_in_process_states_and_value_shapes():
+    """Shards of a pruned job (the Gemm and its weights not sent) observe the same
+    states, means and samples as one process, and the value shapes (the driver's, of the
+    whole model on the first sample) hold the tail's values too; the job that travels
+    is smaller than the whole model's and one shard is not pruned (nothing to spare)."""
+    from quanta.calibrate import HistogramObserver, MinMaxObserver
+    from quanta.calibrate.runner import calibrate
+    from quanta.ir.onnx_io import load
+    from quanta.scale import calibrate_sharded
+    from quanta.scale.calibrate import _Job, first_value_shapes
+
+    model = load(models.float_cnn().SerializeToString())
+    tensors = ("x", "c", "r", "f")
+
+    def make(name):
+        return HistogramObserver(bins=300, axis=1) if name == "c" else MinMaxObserver()
+
+    data = feeds(13, seed=11)
+    means = {"f": 1, "r": 1}
+    want = calibrate(model, tensors, data, make, progress=False, channel_means=means)
+    assert "y" in want.value_shapes
+    for shards, seed in ((3, 0), (7, 1), (13, 2), (1, 3)):
+        got = calibrate_sharded(
+            model,
+            tensors,
+            data,
+            make,
+            engine=ShuffledEngine(4, seed),
+            shards=shards,
+            progress=False,
+            channel_means=means,
+        )
+        assert {n: o.to_dict() for n, o in got.items()} == {n: o.to_dict() for n, o in want.items()}, shards
+        assert {n: m.to_dict() for n, m in got.mean_states.items()} == {
+            n: m.to_dict() for n, m in want.mean_states.items()
+        }
+        assert got.value_shapes == want.value_shapes and list(got.value_shapes) == list(want.value_shapes)
+        assert got.samples == want.samples == 13
+    proto = {n: make(n) for n in tensors}
+    pruned = _Job(model, tensors, proto, None, means, prune=True)
+    whole = _Job(model, tensors, proto, None, means)
+    assert pruned.wire().pruned and not whole.wire().pruned
+    assert len(pickle.dumps(pruned)) < len(pickle.dumps(whole)) - 5 * 84 * 4
+    assert first_value_shapes(model, ("feed", data[0]), None) == want.value_shapes
