@@ -14,10 +14,13 @@ on the same calibration feeds:
 - ``ort_best``: the best (by the task metric, ORT running the file) of ORT's MinMax,
   Entropy and Percentile calibration;
 - ``fp32``: the source file run by quanta (is quanta's float path faithful?);
+- ``quanta_dynamic`` (only when ``--configs`` names it): ``quanta.quantize_dynamic(src,
+  dst)`` with its defaults;
 - files quantized by another tool (``made_by`` in the manifest, or shipped quantized):
   run as they are.
 
-Columns: whether quantization succeeded (else the error's first line), the share of the
+Columns: whether quantization succeeded (else the error's first line; "checker: ..." when
+the written file fails ``onnx.checker``), the share of the
 MACs that runs in integer when quanta compiles the file (``lowered_coverage`` with the
 shapes seen in an ORT run of that file), the task metric against FP32 with ONNX Runtime
 running the file and with quanta running it, and the max |quanta - ORT| on the same file
@@ -558,12 +561,32 @@ class Reader:
 QUANTA_OPTIONS: dict[str, Any] = {}
 #: the configurations run per model (``--configs``): quanta and ORT's three methods
 CONFIGS: list[str] = ["quanta"] + [f"ort_{m.lower()}" for m in ORT_METHODS]
+#: opt-in (``--configs``): quanta's default ``quantize_dynamic``, a user's second try
+DYNAMIC = "quanta_dynamic"
 
 
 def quantize_quanta(src: Path, dst: Path, calib: list[Feed]) -> None:
     import quanta
 
     quanta.quantize_static(str(src), str(dst), calib, verbose=False, progress=False, **QUANTA_OPTIONS)
+
+
+def quantize_quanta_dynamic(src: Path, dst: Path) -> None:
+    import quanta
+
+    quanta.quantize_dynamic(str(src), str(dst), verbose=False)
+
+
+def checker(path: Path) -> str:
+    """``onnx.checker`` on a written file (by path: external data stays on disk): "ok",
+    or the error's first line."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(str(path))
+    except Exception as e:  # any failure is a table cell
+        return first_line(e)
+    return "ok"
 
 
 def quantize_ort(src: Path, dst: Path, calib: list[Feed], method: str) -> None:
@@ -821,7 +844,7 @@ def benchmark(entry: dict, cache: Path, out: Path, with_latency: bool) -> list[d
         add_latency(model, model.path, row)
 
     files: dict[str, Path] = {}
-    configs = [("quanta", None)] + [(f"ort_{m.lower()}", m) for m in ORT_METHODS]
+    configs = [("quanta", None)] + [(f"ort_{m.lower()}", m) for m in ORT_METHODS] + [(DYNAMIC, None)]
     configs = [c for c in configs if c[0] in CONFIGS]
     for config, method in configs:
         dst = out / f"{model.name}.{config}.onnx"
@@ -829,11 +852,14 @@ def benchmark(entry: dict, cache: Path, out: Path, with_latency: bool) -> list[d
         t = time.perf_counter()
         try:
             with contextlib.redirect_stdout(io.StringIO()):
-                if method is None:
+                if config == DYNAMIC:
+                    quantize_quanta_dynamic(model.path, dst)
+                elif method is None:
                     quantize_quanta(model.path, dst, model.calib)
                 else:
                     quantize_ort(model.path, dst, model.calib, method)
             row["quantizes"], row["quantize_s"] = "yes", time.perf_counter() - t
+            row["checker"] = checker(dst)
             files[config] = dst
             evaluate(model, dst, ref, row)
         except Exception as e:
@@ -973,7 +999,7 @@ def table(rows: list[dict], with_latency: bool) -> str:
         cells = [
             r["model"],
             config,
-            r["quantizes"][:70],
+            (r["quantizes"] + ("" if r.get("checker", "ok") == "ok" else f"; checker: {r['checker']}"))[:70],
             share,
             cell_metric(r, "metric_ort"),
             cell_metric(r, "metric_quanta"),
@@ -1023,7 +1049,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="folder for the quantized files (default <cache>/runs/<UTC time>-<pid>)")
     ap.add_argument(
         "--configs",
-        help="comma-separated configurations to quantize (default: quanta,ort_minmax,ort_entropy,ort_percentile)",
+        help="comma-separated configurations to quantize (default: quanta,ort_minmax,ort_entropy,ort_percentile; "
+        "also quanta_dynamic)",
     )
     ap.add_argument(
         "--set",
