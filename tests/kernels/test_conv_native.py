@@ -407,13 +407,85 @@ def test_gemm_paths(x_shape, w_shape, attrs, why):
     vnni_or_portable = [k for isa, k in zip(ISAS, kernels) if isa != "avx2"]
     want = "qconv_implicit+" if why.startswith("implicit") else "qconv_im2col+"
     assert all(k.startswith(want) for k in vnni_or_portable), kernels
-    # avx2, 8-bit weights: the int16 family, whose tiles read int16 x' (im2col), or the
-    # direct small-C kernel
+    # avx2, 8-bit weights: the int16 family, whose tiles read int16 x' (implicit over an
+    # image widened to int16, or im2col), or the direct small-C kernel
     if "avx2" in ISAS:
-        cg, kw = w_shape[1], w_shape[-1]
-        direct = attrs.get("group", 1) == 1 and cg % 4 != 0 and math.prod(w_shape[2:]) > 1 and kw * cg <= 64
-        direct = direct and w_shape[0] <= 64 and attrs.get("dilations", [1])[-1] == 1
-        assert kernels[ISAS.index("avx2")].startswith("qconv_direct_" if direct else "qconv_im2col+"), kernels
+        assert kernels[ISAS.index("avx2")] == expected_avx2_int16_kernel(case), kernels
+
+
+INT16_FAMILY = "qgemm_u8s8_s32_6x16c2__avx2"
+
+
+def expected_avx2_int16_kernel(case: ConvCase) -> str:
+    """The kernel conv.cc takes on avx2 for 8-bit weights that are not depthwise: the
+    direct small-C kernel where its conditions hold (as expected_avx2_kernel's), else the
+    int16 family on the implicit path when the kernel has more than one tap and a tap chunk
+    (kw·Cg with one group and dilation 1 along W, else Cg) is whole pairs of k, else on
+    im2col."""
+    attrs = case.attrs
+    group = attrs.get("group", 1)
+    cg, kw = case.w.shape[1], case.w.shape[-1]
+    dw = attrs.get("dilations", [1] * (case.x.ndim - 2))[-1]
+    taps = math.prod(case.w.shape[2:])
+    if group == 1 and cg % 4 != 0 and taps > 1 and kw * cg <= 64 and case.w.shape[0] <= 64 and dw == 1:
+        return "qconv_direct_u8s8_s32_6x16c2__avx2"
+    chunk = kw * cg if dw == 1 and group == 1 else cg
+    return ("qconv_implicit+" if taps > 1 and chunk % 2 == 0 else "qconv_im2col+") + INT16_FAMILY
+
+
+# avx2, 8-bit weights, the implicit path of the int16 family: the padded image widened to
+# int16 once (after the u8 shift of int8 x), row pointers and tap offsets in bytes of it.
+# (x shape NCHW, w shape, attrs, why): channels 3, 7, 17; K > 258; groups; strides;
+# dilations; tap chunks split over the B budget; a 1-pixel output; 1-D.
+INT16_IMPLICIT = [
+    ((1, 3, 13, 11), (70, 3, 3, 4), {"pads": [1, 2, 1, 1]}, "3 channels, 1x4 taps: 12 k a chunk, 70 outputs"),
+    ((1, 7, 13, 11), (17, 7, 3, 3), {"pads": [1, 1, 1, 1]}, "7 channels 3x3: 21 k a chunk, im2col"),
+    ((2, 7, 9, 10), (67, 7, 3, 2), {"pads": [0, 1, 2, 1]}, "7 channels, 14 k a chunk, 2 images"),
+    ((1, 17, 8, 9), (3, 17, 3, 2), {"pads": [1, 1, 1, 1], "strides": [1, 2]}, "17 channels, 3 outputs"),
+    ((1, 36, 7, 8), (33, 36, 3, 3), {"pads": [1, 1, 1, 1]}, "K = 324 > 258, 33 outputs: 3 panels"),
+    ((1, 64, 15, 13), (48, 64, 3, 3), {"pads": [1, 1, 1, 1]}, "195 rows: 6-row tiles and a 3-row one"),
+    ((1, 520, 4, 4), (16, 520, 3, 3), {"pads": [1, 1, 1, 1]}, "merged taps of 1560 k, split in pieces"),
+    ((1, 12, 9, 9), (6, 4, 3, 3), {"pads": [2, 1, 0, 3], "dilations": [2, 2], "group": 3}, "groups of 4"),
+    ((1, 6, 9, 10), (9, 2, 3, 3), {"pads": [1, 2, 1, 0], "group": 3}, "groups of 2 channels"),
+    ((1, 8, 11, 13), (9, 8, 3, 3), {"dilations": [1, 2], "strides": [2, 1]}, "dilation 2: chunk = Cg"),
+    ((2, 8, 29), (7, 8, 3), {"pads": [1, 2], "strides": [2]}, "1-D"),
+    ((1, 8, 3, 3), (70, 8, 3, 3), {}, "1 pixel, 5 panels"),
+    ((1, 18, 9, 9), (17, 18, 1, 1), {"pads": [1, 0, 0, 1]}, "1x1 padded: one tap, im2col"),
+]
+
+
+@pytest.mark.skipif("avx2" not in ISAS, reason="this CPU does not run avx2")
+@pytest.mark.parametrize(
+    ("x_dtype", "w_dtype"), [(np.uint8, np.int8), (np.int8, np.int8), (np.uint8, np.uint8)]
+)
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "attrs", "why"), INT16_IMPLICIT, ids=[s[3] for s in INT16_IMPLICIT]
+)
+def test_avx2_int16_family_implicit_path(x_shape, w_shape, attrs, why, x_dtype, w_dtype):
+    """8-bit weights (the int16 family, vpmaddwd) on the implicit path where a tap chunk is
+    whole k-pairs, NCHW and channels_last, 1 and 2 threads, against the twin: full-range
+    weights (|w'| up to 128), per-channel zero points (the Σx' term from the uint8 image's
+    pixel sums) and scales that differ, int8 x (the +128 shift before the widening)."""
+    del why
+    rng = np.random.default_rng(sum(x_shape) * 11 + sum(w_shape))
+    for y_dtype in (np.uint8, np.int8):
+        case = random_case(
+            rng,
+            x_shape,
+            w_shape,
+            x_dtype=x_dtype,
+            w_dtype=w_dtype,
+            y_dtype=y_dtype,
+            per_channel=True,
+            **attrs,
+        )
+        w = case.w.astype(np.int32)
+        assert np.abs(w - (128 if w_dtype == np.uint8 else 0)).max() > 64, "the weights must not fit 7 bits"
+        want = expected_avx2_int16_kernel(case)
+        kernels = check(case)
+        assert kernels[ISAS.index("avx2")] == want, kernels
+        kernels = check_nhwc(case)
+        assert kernels[ISAS.index("avx2")] == want, kernels
 
 
 # NCHW 1x1 / stride 1 / no pads / one group runs as the transposed GEMM y[m, p] = Σ_c

@@ -351,7 +351,11 @@ std::string QConv::kernel_name(bool channels_last) const {
 bool QConv::implicit_path() const {
   if (packed_.empty()) return false;
   const qgemm::KernelFamily& f = qgemm::kernel_family(*packed_[0]);
-  if (f.a_bytes != 1 || implicit_chunk_k() % f.kr != 0) return false;
+  if (implicit_chunk_k() % f.kr != 0) return false;
+  // The int16 family (avx2, 8-bit weights) reads a padded image widened to int16: twice
+  // the image's bytes written once, against im2col's kh·kw copies of each x' byte and their
+  // int16 copy per qgemm call. A 1x1 kernel has no copies to save (pointwise / im2col rows).
+  if (f.a_bytes != 1 && (f.isa != Isa::kAvx2 || kh_ * kw_ == 1)) return false;
   // one family for every group (avx2 packs each group's weights for the family they fit)
   for (const auto& w : packed_) {
     if (&qgemm::kernel_family(*w) != &f) return false;

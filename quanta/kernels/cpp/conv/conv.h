@@ -254,8 +254,9 @@ class QConv {
   qgemm::QGemmParams pointwise_gemm_params(const ConvArgs& a) const;
 
   // The implicit path applies: tap chunks of whole k-groups and a GEMM family whose tiles
-  // read uint8 x' through row pointers (the packed weights' family: on avx2 the 7-bit one,
-  // while 8-bit weights run im2col into the int16 family). Defined in conv.cc.
+  // read x' through row pointers (the packed weights' family: uint8 x' in place, or, for
+  // avx2's int16 family (8-bit weights), an image widened to int16, kernels of more than
+  // one tap only). Defined in conv.cc.
   bool implicit_path() const;
   // K of one tap chunk of the implicit path: kw·Cg (dw = 1, one group) or Cg.
   int64_t implicit_chunk_k() const {

@@ -97,6 +97,7 @@ void QConv::plan_implicit(const ConvArgs& a, const Geometry& geo, Plan& pl) cons
   // transposes them itself (on the core that then reads them: with a separate phase,
   // half of the units read rows the other core wrote; 256 -> 64 at 56x56, two threads
   // over one: 1.42x before, 1.55x after).
+  pl.wide = fam.a_bytes == 2;  // implicit_path(): more than one tap
   pl.fused_transpose = kh_ == 1 && kw_ == 1 && geo.sh == 1 && geo.sw == 1 && pl.Hp == geo.H && pl.Wp == geo.W;
   // Rows are output pixels, a run is one (image, group): each row has its own A pointer
   // (TileArgs::a_rows), so tiles cross output rows and no pad column is computed.
@@ -127,12 +128,12 @@ void QConv::plan_implicit(const ConvArgs& a, const Geometry& geo, Plan& pl) cons
   const int64_t np = packed_[0]->padded_n();
   const int64_t pixels = geo.N * pl.Hp * pl.Wp;
   // channels_last, uint8 x, no pads: the padded image is x itself
-  pl.x_in_place = a.channels_last && !a.x_signed && pl.Hp == geo.H && pl.Wp == geo.W;
+  pl.x_in_place = a.channels_last && !a.x_signed && pl.Hp == geo.H && pl.Wp == geo.W && !pl.wide;
   // channels_last, uint8 x, pads, one group, no Σx' term: border mode (kernels.h Plan)
   pl.band_rows = (kh_ - 1) * geo.dh + 1;
   pl.span_w = (kw_ - 1) * geo.dw + 1;
-  pl.border = a.channels_last && !a.x_signed && !pl.x_in_place && group_ == 1 && !pl.rowsums && pl.span_w <= geo.W &&
-              std::getenv("QUANTA_CONV_NO_BORDER") == nullptr;
+  pl.border = a.channels_last && !a.x_signed && !pl.x_in_place && !pl.wide && group_ == 1 && !pl.rowsums &&
+              pl.span_w <= geo.W && std::getenv("QUANTA_CONV_NO_BORDER") == nullptr;
   size_t border_bytes = 0;
   if (pl.border) {
     auto row_border = [&](int64_t oy) {
@@ -160,6 +161,8 @@ void QConv::plan_implicit(const ConvArgs& a, const Geometry& geo, Plan& pl) cons
   size_t off = 0;
   pl.off_xpad = off;
   off += pl.x_in_place ? 0 : align64(pl.border ? border_bytes : static_cast<size_t>(pixels * geo.C));
+  pl.off_xpad16 = off;
+  off += pl.wide ? align64(static_cast<size_t>(pixels * geo.C) * 2) : 0;
   pl.off_strip_index = off;
   off += pl.border ? align64(static_cast<size_t>(geo.OH) * 4) : 0;
   pl.off_col_index = off;
@@ -202,6 +205,8 @@ void QConv::run_implicit(const ConvArgs& a, const Geometry& geo, const Plan& pl,
   const uint8_t* xpad = pl.x_in_place ? static_cast<const uint8_t*>(a.x) : xpad_buf;
   const bool nhwc = a.channels_last;
   const int64_t np = packed_[0]->padded_n();
+  int16_t* xpad16 = reinterpret_cast<int16_t*>(ws.main.data() + pl.off_xpad16);  // pl.wide
+  const int64_t a_bytes = fam.a_bytes;  // the tiles' row pointers and tap offsets are in bytes
 
   // 1. the padded NHWC image (and, with weight zero points, its per-pixel channel sums).
   //    Without left/right pads the image rows are contiguous in xpad: the interior is
@@ -257,6 +262,10 @@ void QConv::run_implicit(const ConvArgs& a, const Geometry& geo, const Plan& pl,
       std::memset(row + (geo.pad_left + geo.W) * C, pad, static_cast<size_t>(geo.pad_right * C));
     }
     if (pl.rowsums) pixel_sums(n, p0, p1);
+    if (pl.wide) {  // the same pixels widened to int16 for the tiles, while in cache
+      const int64_t at = (n * image + p0) * C, count = (p1 - p0) * C;
+      qgemm::pack_activations_s16_avx2(xpad_buf + at, count, false, count, count, 0, 1, xpad16 + at);
+    }
   };
   // border mode: the windows that leave x, copied with x's row pitch (kernels.h Plan)
   int32_t* strip_index = reinterpret_cast<int32_t*>(ws.main.data() + pl.off_strip_index);
@@ -356,7 +365,7 @@ void QConv::run_implicit(const ConvArgs& a, const Geometry& geo, const Plan& pl,
   int64_t* tap_off = reinterpret_cast<int64_t*>(ws.main.data() + pl.off_tapoff);
   for (int64_t tap = 0; tap < pl.n_taps; ++tap) {  // (ky, kx), or ky with kx in the chunk
     const int64_t ky = pl.n_taps == kh_ ? tap : tap / kw_, kx = pl.n_taps == kh_ ? 0 : tap % kw_;
-    tap_off[tap] = (ky * geo.dh * (pl.border ? geo.W : Wp) + kx * geo.dw) * C;  // border mode: x's pitch
+    tap_off[tap] = (ky * geo.dh * (pl.border ? geo.W : Wp) + kx * geo.dw) * C * a_bytes;  // border mode: x's pitch
   }
   const int64_t kc_max = std::max<int64_t>(fam.kr, kBChunkBytes / (int64_t{fam.nr} * fam.w_bytes) / fam.kr * fam.kr);
   auto unit_fn = [&](int64_t unit, int thread) {
@@ -410,6 +419,8 @@ void QConv::run_implicit(const ConvArgs& a, const Geometry& geo, const Plan& pl,
         } else {
           row_ptr[r] = static_cast<const uint8_t*>(a.x) + (n * hw + iy0 * geo.W + ix0) * C;
         }
+      } else if (pl.wide) {
+        row_ptr[r] = reinterpret_cast<const uint8_t*>(xpad16 + (n * image + p) * C + g * Cg_);
       } else {
         row_ptr[r] = xpad + (n * image + p) * C + g * Cg_;
       }
@@ -461,7 +472,7 @@ void QConv::run_implicit(const ConvArgs& a, const Geometry& geo, const Plan& pl,
             t.tap_offset = tap_off + tap;
             t.n_taps = taps;
           } else {  // taps_per_call = 1
-            piece_off = tap_off[tap] + k;
+            piece_off = tap_off[tap] + k * a_bytes;
             t.tap_offset = &piece_off;
             t.n_taps = 1;
           }

@@ -98,6 +98,10 @@ struct QConv::Plan {
   int64_t chunk_k = 0, n_taps = 0;                  // K per tap chunk, and the number of tap chunks
   int64_t taps_per_call = 1;                        // tap chunks per tile call (sums in registers across them)
   bool rowsums = false;                             // some group has a weight zero point: Σx' per row needed
+  // the family's x' is int16 (avx2, 8-bit weights): the uint8 padded image is widened
+  // into a second one at off_xpad16, which the tiles read (conv_gemm.cc)
+  bool wide = false;
+  size_t off_xpad16 = 0;
   size_t off_xpad = 0, off_pixsum = 0, off_colterm = 0, off_mult = 0;  // main buffer (also depthwise)
   size_t off_partial = 0, off_rowsum = 0;                              // thread buffer
   // depthwise path

@@ -100,10 +100,10 @@ struct TileArgs {
   // panels are on their way while the other row tiles reuse this one from L1. Any value
   // gives the same bytes.
   int64_t stream_prefetch = 0;
-  // Indirect rows and taps (the implicit convolution, conv_gemm.cc; only the families
-  // whose x' is uint8: avx512vnni, portable, the avx2 7-bit one). When a_rows is set, `a`
-  // and a_row_stride are unused and the call runs n_taps chunks of kc each with the sums
-  // kept in registers: row r's x' for tap i and k < kc is at a_rows[r] + tap_offset[i] + k, and
+  // Indirect rows and taps (the implicit convolution, conv_gemm.cc; every family but the
+  // AVX-512 int16 one). When a_rows is set, `a` and a_row_stride are unused and the call
+  // runs n_taps chunks of kc each with the sums kept in registers: row r's x' for tap i and
+  // k < kc is element k of ActivationStorage at byte a_rows[r] + tap_offset[i], and
   // tap i's weights are the kc / KR groups after tap i − 1's in the panel (B is read
   // sequentially, k = i·kc + ..). accumulate / finish apply to the call as a whole.
   const uint8_t* const* a_rows = nullptr;  // `rows` pointers (row 0 = row m0 of the tile run)

@@ -82,22 +82,46 @@ __attribute__((noinline)) void finish_vector(__m256i v, const Epilogue& e, int64
   for (int i = 0; i < valid && i < 8; ++i) finish_element(tmp[i], e, m, n + i);
 }
 
-// Sums of one K chunk for MR rows into c0 (columns 0-7) and c1 (8-15).
-// Wide (Avx2Layout): int8 weight pairs widened to int16, x' int16 pairs, vpmaddwd.
+// One k-pair of the wide family for MR rows: the panel's int8 pairs widened to int16,
+// x' int16 pairs broadcast from rows[r] + k, vpmaddwd.
 template <int MR>
-__attribute__((always_inline)) inline void k_loop_wide(const TileArgs& t, int64_t r0, __m256i* c0, __m256i* c1) {
-  const int16_t* a = static_cast<const int16_t*>(t.a) + r0 * t.a_row_stride;
-  const int64_t s = t.a_row_stride;
-  const int8_t* b = static_cast<const int8_t*>(t.b);
-  for (int64_t k = 0; k < t.kc; k += kKR) {
-    const __m256i b0 = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(b)));
-    const __m256i b1 = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(b + 16)));
-    b += kNR * kKR;
+__attribute__((always_inline)) inline void k_step_wide(const int16_t* const* rows, int64_t k, const int8_t* b,
+                                                       __m256i* c0, __m256i* c1) {
+  const __m256i b0 = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(b)));
+  const __m256i b1 = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(b + 16)));
 #pragma GCC unroll 6
-    for (int r = 0; r < MR; ++r) {
-      const __m256i xa = _mm256_set1_epi32(load_unaligned<int32_t>(a + r * s + k));
-      c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(xa, b0));
-      c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(xa, b1));
+  for (int r = 0; r < MR; ++r) {
+    const __m256i xa = _mm256_set1_epi32(load_unaligned<int32_t>(rows[r] + k));
+    c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(xa, b0));
+    c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(xa, b1));
+  }
+}
+
+// Sums of one K chunk for MR rows into c0 (columns 0-7) and c1 (8-15).
+// Wide (Avx2Layout): int8 weight pairs widened to int16, x' int16 pairs, vpmaddwd. x' rows
+// at a row stride (kIndirect false), or the implicit convolution's n_taps chunks of x' rows
+// at a_rows[r] + tap_offset[i] (kernel.h TileArgs::a_rows: byte pointers into a padded
+// NHWC image already widened to int16, byte offsets; B is read on across the taps).
+template <int MR, bool kIndirect>
+__attribute__((always_inline)) inline void k_loop_wide(const TileArgs& t, int64_t r0, __m256i* c0, __m256i* c1) {
+  const int8_t* b = static_cast<const int8_t*>(t.b);
+  const int16_t* rows[MR];
+  if constexpr (kIndirect) {
+    for (int64_t i = 0; i < t.n_taps; ++i) {
+#pragma GCC unroll 6
+      for (int r = 0; r < MR; ++r) rows[r] = reinterpret_cast<const int16_t*>(t.a_rows[r0 + r] + t.tap_offset[i]);
+      for (int64_t k = 0; k < t.kc; k += kKR) {
+        k_step_wide<MR>(rows, k, b, c0, c1);
+        b += kNR * kKR;
+      }
+    }
+  } else {
+    const int16_t* a = static_cast<const int16_t*>(t.a) + r0 * t.a_row_stride;
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; ++r) rows[r] = a + r * t.a_row_stride;
+    for (int64_t k = 0; k < t.kc; k += kKR) {
+      k_step_wide<MR>(rows, k, b, c0, c1);
+      b += kNR * kKR;
     }
   }
 }
@@ -174,7 +198,7 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
   if constexpr (kNarrow) {
     k_loop_narrow<MR, kIndirect>(t, r0, c0, c1);
   } else {
-    k_loop_wide<MR>(t, r0, c0, c1);
+    k_loop_wide<MR, kIndirect>(t, r0, c0, c1);
   }
 
   if (!t.finish) {
@@ -245,7 +269,15 @@ inline void widen16(const uint8_t* s, __m128i flip, int16_t* d) {
 
 }  // namespace
 
-void qgemm_tiles_avx2(const TileArgs& t) { run_rows<L::kMR, false>(t); }
+// The int16 family also serves the implicit convolution's indirect rows (TileArgs::a_rows
+// into a padded NHWC image of int16 x', conv.cc QConv::implicit_path).
+void qgemm_tiles_avx2(const TileArgs& t) {
+  if (t.a_rows) {
+    run_rows<L::kMR, false, true>(t);
+  } else {
+    run_rows<L::kMR, false>(t);
+  }
+}
 
 // pack_activations_s16 (kernel.h) in 16-element vectors: the compiler's loop of the
 // generic build took 1/4 of a 1x1 16 -> 16 layer at 320x320 (K = 16: a loop set up per
@@ -279,10 +311,8 @@ void pack_activations_s16_avx2(const void* x, int64_t x_row_stride, bool x_signe
   }
 }
 
-// The 7-bit family reads uint8 x', so it also serves the implicit convolution's indirect
-// rows (TileArgs::a_rows; conv.cc takes that path when the packed weights' family reads
-// uint8). The int16 family above never sees them: avx2 convolutions with 8-bit weights
-// run im2col + qgemm.
+// The 7-bit family reads uint8 x' in place, so it also serves the implicit convolution's
+// indirect rows (TileArgs::a_rows) over the padded NHWC image of uint8 x'.
 void qgemm_tiles_avx2_narrow(const TileArgs& t) {
   if (t.a_rows) {
     run_rows<Avx2NarrowLayout::kMR, true, true>(t);
