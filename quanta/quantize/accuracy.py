@@ -17,7 +17,8 @@ The search (deterministic: same model, data and target, same choices):
 1. quantize with the recipe; measure the metric on the search part;
 2. while below the target: whole-model fixes that keep every MAC in integer, each kept
    when it improves the metric: GPTQ weight rounding (eq. (12)) when the recipe rounds
-   to nearest, SmoothQuant (eq. (13)) when the recipe has it off;
+   to nearest, GPTQ's integers refined by coordinate descent (eq. (12k)) when the
+   recipe rounds by GPTQ, SmoothQuant (eq. (13)) when the recipe has it off;
 2b. while below the target: 16-bit activations (A16W8, every MAC still integer) around
    the fewest worst nodes by eq. (5e) whose shares reach 50 %, 75 %, 90 % of the
    estimated error, one evaluation per batch (WIDE_SHARES, :func:`widenable`);
@@ -576,8 +577,18 @@ def _budget_batch(dbg: Any, recipe, allowed: set[str], path: str, summary: Any, 
 
 _GLOBAL_FIXES = (
     ("GPTQ weight rounding for every layer (docs/debugger.md eq. (12))", "weight_rounding", "gptq"),
+    (
+        "GPTQ's integers refined by coordinate descent (docs/debugger.md eq. (12k))",
+        "weight_rounding",
+        "gptq_cd",
+    ),
     ("SmoothQuant balancing, alpha 0.8 (eq. (13))", "smooth_quant", 0.8),
 )
+
+
+#: the weight rounding each weight-rounding fix starts from: GPTQ replaces nearest
+#: rounding, the coordinate descent refines GPTQ (a recipe with "gptaq" keeps its own)
+_ROUNDING_FROM = {"gptq": "nearest", "gptq_cd": "gptq"}
 
 
 def _learned_lever(target: AccuracyTarget, recipe: Any, path: str) -> str:
@@ -715,9 +726,9 @@ def search(
             if best_value >= minimum or steps >= target.max_steps:
                 break
             if getattr(best_recipe, field_name) == value or (
-                field_name == "weight_rounding" and best_recipe.weight_rounding != "nearest"
+                field_name == "weight_rounding" and best_recipe.weight_rounding != _ROUNDING_FROM[str(value)]
             ):
-                continue  # (a recipe that rounds by GPTQ already, or by eq. (12g))
+                continue  # (a recipe that rounds another way already: eq. (12g), or past this fix)
             rec = dataclasses.replace(best_recipe, **{field_name: value})
             steps += 1
             v, path, summary = measure(rec)
