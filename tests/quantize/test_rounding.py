@@ -859,9 +859,10 @@ def test_coordinate_descent_beats_gptq_and_nearest_on_held_out_inputs():
 
 def test_the_refinement_takes_a_row_only_where_its_half_fit_wins_on_the_other_half():
     """Eq. (12l): each row is the refinement fitted on every sample or the integers it
-    started from, never a mix; the refined rows are exactly those where the refinement
-    fitted on the even half errs less than the start on the odd half (few samples per
-    half, 3 groups: some rows go each way)."""
+    started from, never a mix; the refined rows are exactly those where the row's
+    rounding repeated on the even half (GPTQ there, or nearest for a row that is nearest
+    rounding) and refined on the even half errs less than that start on the odd half
+    (few samples per half, 3 groups: some rows go each way)."""
     from quanta.quantize.rounding import gptq_round_groups, refine_held_out, refine_rounding
 
     rng = np.random.default_rng(8)
@@ -871,14 +872,18 @@ def test_the_refinement_takes_a_row_only_where_its_half_fit_wins_on_the_other_ha
     xs = [_correlated(12, k, 40 + i) for i in range(2 * g)]
     h_fit = np.stack([x.T @ x for x in xs[:g]])
     h_val = np.stack([x.T @ x for x in xs[g:]])
+    near = np.clip(np.rint(w / s[..., None]), -127, 127)
     codes = gptq_round_groups(w, s, h_fit + h_val, -127, 127)
+    codes[0, :3] = near[0, :3]  # rows eq. (12c) set to nearest rounding
     out = refine_held_out(w, s, h_fit + h_val, h_val, codes, -127, 127)
     full = refine_rounding(w, s, h_fit + h_val, codes, -127, 127)
-    half = refine_rounding(w, s, h_fit, codes, -127, 127)
+    start = gptq_round_groups(w, s, h_fit, -127, 127)
+    start[0, :3] = near[0, :3]
+    half = refine_rounding(w, s, h_fit, start, -127, 127)
     took = 0
     for gi in range(g):
         for r in range(rows):
-            err = [w[gi, r] - s[gi, r] * q[gi, r] for q in (half, codes)]
+            err = [w[gi, r] - s[gi, r] * q[gi, r] for q in (half, start)]
             wins = err[0] @ h_val[gi] @ err[0] < err[1] @ h_val[gi] @ err[1]
             assert np.array_equal(out[gi, r], full[gi, r] if wins else codes[gi, r])
             took += int(wins and not np.array_equal(full[gi, r], codes[gi, r]))
@@ -928,8 +933,9 @@ def _images(n: int, seed: int) -> list[dict[str, np.ndarray]]:
 
 
 def test_quantize_static_with_coordinate_descent_rounding(tmp_path):
-    """weight_rounding="gptq_cd" on a Conv net built here: on held-out images it errs less
-    than nearest rounding, and no more than GPTQ; only weight integers change (same
+    """weight_rounding="gptq_cd" on a Conv net built here (per-tensor int8 weights, 16-bit
+    activations, so the weights' rounding is the error that matters): on held-out images
+    it errs less than nearest rounding and than GPTQ; only weight integers change (same
     nodes, same scales); the same data gives the same bytes, and the recipe the file
     records reproduces them."""
     import hashlib
@@ -937,10 +943,13 @@ def test_quantize_static_with_coordinate_descent_rounding(tmp_path):
     src = tmp_path / "net.onnx"
     onnx.save(_conv_net(), src)
     calib = _images(10, 1)
+    recipe = quanta.Recipe(activation_type="int16")
     outs = {}
     for mode in ("nearest", "gptq", "gptq_cd"):
         outs[mode] = tmp_path / f"{mode}.onnx"
-        quanta.quantize_static(src, outs[mode], calib, weight_rounding=mode, per_channel=False, verbose=False)
+        quanta.quantize_static(
+            src, outs[mode], calib, recipe, weight_rounding=mode, per_channel=False, verbose=False
+        )
     ref = quanta.InferenceSession(str(src), backend="reference")
     held = _images(6, 99)
 
@@ -949,8 +958,9 @@ def test_quantize_static_with_coordinate_descent_rounding(tmp_path):
         return sum(float(np.sum((ref.run(None, f)[0] - sess.run(None, f)[0]) ** 2)) for f in held)
 
     got = {mode: noise(p) for mode, p in outs.items()}
-    assert got["gptq_cd"] < 0.8 * got["nearest"], got
-    assert got["gptq_cd"] <= got["gptq"], got
+    # measured: nearest 56.5, GPTQ 47.9, refined 46.5
+    assert got["gptq_cd"] < 0.9 * got["nearest"], got
+    assert got["gptq_cd"] < got["gptq"], got
     a, b = onnx.load(outs["gptq"]), onnx.load(outs["gptq_cd"])
     assert [n.op_type for n in a.graph.node] == [n.op_type for n in b.graph.node]
     inits_a = {t.name: numpy_helper.to_array(t) for t in a.graph.initializer}
@@ -962,7 +972,9 @@ def test_quantize_static_with_coordinate_descent_rounding(tmp_path):
     from quanta.quantize.static import recipe_of
 
     again = tmp_path / "again.onnx"
-    quanta.quantize_static(src, again, calib, weight_rounding="gptq_cd", per_channel=False, verbose=False)
+    quanta.quantize_static(
+        src, again, calib, recipe, weight_rounding="gptq_cd", per_channel=False, verbose=False
+    )
     digest = hashlib.sha1(outs["gptq_cd"].read_bytes()).hexdigest()
     assert hashlib.sha1(again.read_bytes()).hexdigest() == digest
     recipe = recipe_of(outs["gptq_cd"])
