@@ -71,7 +71,7 @@ class CalibrationMethod(enum.Enum):
 
 #: Recipe.other_ranges: how the tensors outside eq. (22) get their range
 OTHER_RANGES = ("auto", "minmax", "mse")
-WEIGHT_ROUNDING = ("gptq", "gptaq", "nearest")
+WEIGHT_ROUNDING = ("gptq", "gptq_cd", "gptaq", "nearest")
 
 
 class RecurrentMode(enum.Enum):
@@ -229,7 +229,9 @@ class Recipe:
     pool_bias_correction: bool = True
     # "gptq": second-order rounding of Conv / Gemm / MatMul weights on the calibration
     # inputs, kept per output row only where it beats nearest rounding on held-out
-    # samples (quanta.quantize.rounding); "gptaq": GPTQ, then each layer's integers fitted
+    # samples (quanta.quantize.rounding); "gptq_cd": GPTQ's integers refined by coordinate
+    # descent on the same objective, per row where that carries over to held-out samples
+    # (docs/debugger.md eqs. (12k)-(12l)); "gptaq": GPTQ, then each layer's integers fitted
     # for the FP32 layer output from the inputs the quantized layers before it produce
     # (quanta.quantize.asymmetric); "nearest": round each weight on its own
     weight_rounding: str = "gptq"

@@ -37,7 +37,15 @@ from threadpoolctl import threadpool_limits
 if TYPE_CHECKING:
     from quanta.quantize.recipe import Recipe
 
-__all__ = ["HessianAccumulator", "RoundedLayer", "apply_rounding", "gptq_round", "plan_rounding"]
+__all__ = [
+    "HessianAccumulator",
+    "RoundedLayer",
+    "apply_rounding",
+    "gptq_round",
+    "plan_rounding",
+    "refine_held_out",
+    "refine_rounding",
+]
 
 # columns per lazy-batch block (GPTQ uses 128)
 BLOCK = 128
@@ -134,6 +142,97 @@ def gptq_round_groups(
                     np.multiply(dj[:, :, None], vb[:, j, None, j + 1 :], out=t)
                     wr[:, :, j + 1 :] += t
     return q
+
+
+#: cyclic sweeps of eq. (12k) at most (each costs about one product W·H; the sweeps stop
+#: early once one changes no integer)
+SWEEPS = 8
+
+
+def refine_rounding(
+    w: np.ndarray,
+    s: np.ndarray,
+    h: np.ndarray,
+    q: np.ndarray,
+    qmin: int,
+    qmax: int,
+    *,
+    damp: float = 0.01,
+    sweeps: int = SWEEPS,
+) -> np.ndarray:
+    """Eq. (12k): cyclic coordinate descent from the integers ``q`` on GPTQ's objective
+    ‖(W − s·Q) x‖² + λ‖W − s·Q‖² (docs/debugger.md; arrays as in
+    :func:`gptq_round_groups`: ``w``, ``q`` [G, rows, K], ``s`` [G, rows], ``h``
+    [G, K, K], λ as GPTQ damps). With E = W − s·Q and R = E (H + λI), moving q_j of a
+    row by t changes the row's objective by s² t² H_jj − 2 s t R_j, whose integer
+    minimiser is t = round(R_j / (s H_jj)) (a convex parabola in t), clamped to the
+    grid; then R −= s t H_j. Every step lowers the objective or leaves it, so the result
+    is never worse than ``q`` on the data of ``h``; the columns run in order, the rows
+    and groups at once, all in float64 elementwise operations after one product per
+    sweep (the same integers on every run)."""
+    w = np.asarray(w, np.float64)
+    s3 = np.asarray(s, np.float64)[..., None]
+    hd = np.array(h, np.float64)
+    k = hd.shape[-1]
+    diag = np.diagonal(hd, axis1=1, axis2=2).copy()
+    diag[diag == 0] = 1.0  # an input that never varies: λ alone holds its weights
+    idx = np.arange(k)
+    hd[:, idx, idx] = diag + damp * diag.mean(axis=1, keepdims=True)
+    q = np.array(q, np.float64)
+    for _ in range(sweeps):
+        # R recomputed once per sweep (no drift from the updates below accumulates)
+        r = np.matmul(w - s3 * q, hd)
+        changed = False
+        for j in range(k):
+            hjj = hd[:, j, j][:, None]  # [G, 1]
+            t = np.rint(r[:, :, j] / (s3[..., 0] * hjj))
+            t = np.minimum(np.maximum(t, qmin - q[:, :, j]), qmax - q[:, :, j])
+            moved = t != 0
+            if not moved.any():
+                continue
+            changed = True
+            q[:, :, j] += t
+            # only the rows that moved: their R rows lose s·t·H_j
+            gi, ri = np.nonzero(moved)
+            r[gi, ri] -= (s3[gi, ri, 0] * t[gi, ri])[:, None] * hd[gi, j]
+        if not changed:
+            break
+    return q
+
+
+def refine_held_out(
+    w: np.ndarray,
+    s: np.ndarray,
+    h_full: np.ndarray,
+    h_val: np.ndarray,
+    codes: np.ndarray,
+    qmin: int,
+    qmax: int,
+) -> np.ndarray:
+    """Eq. (12l): per output row, eq. (12k)'s refinement of ``codes`` (fitted on every
+    sample) where it carries over to samples it did not see, else ``codes``. The check
+    repeats the row's rounding on the other half alone (H_fit = H_full − H_val): its
+    start is GPTQ fitted on H_fit for a row whose ``codes`` are not nearest rounding
+    (eq. (12c) kept GPTQ there), nearest rounding for the others; the row is refined
+    where the refinement of that start, fitted on H_fit, errs less than the start on the
+    half ``h_val``, d H_val dᵀ. Neither side of the comparison saw ``h_val``. Arrays as in
+    :func:`gptq_round_groups`."""
+    w = np.asarray(w, np.float64)
+    s = np.asarray(s, np.float64)
+    codes = np.asarray(codes, np.float64)
+    h_fit = h_full - h_val
+
+    def loss(q: np.ndarray) -> np.ndarray:
+        d = w - s[..., None] * q
+        return np.einsum("grk,grk->gr", np.matmul(d, h_val), d)
+
+    near = np.clip(np.rint(w / s[..., None]), qmin, qmax)
+    from_near = np.all(codes == near, axis=-1, keepdims=True)
+    start = np.where(from_near, near, gptq_round_groups(w, s, h_fit, qmin, qmax))
+    wins = loss(refine_rounding(w, s, h_fit, start, qmin, qmax)) < loss(start)
+    if not wins.any():
+        return codes
+    return np.where(wins[..., None], refine_rounding(w, s, h_full, codes, qmin, qmax), codes)
 
 
 def _native_column_loop():
@@ -650,6 +749,13 @@ def _apply_rounding(graph, plan, layers: list[RoundedLayer], recipe: Recipe) -> 
         codes = gptq_round_groups(wg, sg, full, qmin, qmax)
         if 0 < odd_rows < rows:
             codes = _held_out(wg, sg, full - half, half, codes, qmin, qmax)
+        if recipe.weight_rounding == "gptq_cd":
+            # eqs. (12k)-(12l): coordinate descent from GPTQ's integers, per row where
+            # it carries over to the held-out half
+            if 0 < odd_rows < rows:
+                codes = refine_held_out(wg, sg, full, half, codes, qmin, qmax)
+            else:
+                codes = refine_rounding(wg, sg, full, codes, qmin, qmax)
         chosen = layer.from_2d(codes.reshape(w2.shape), w.shape).astype(q.storage.numpy)
         for key in keys:
             plan.tensors[key].codes = chosen

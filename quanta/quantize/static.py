@@ -563,7 +563,7 @@ def quantize_static(
     per_channel = depthwise_per_channel(graph, plan, weights_for, recipe)
     means: dict = {}
     rounded = []
-    if recipe.weight_rounding in ("gptq", "gptaq"):
+    if recipe.weight_rounding in ("gptq", "gptq_cd", "gptaq"):
         from quanta.quantize.rounding import plan_rounding
 
         rounded = plan_rounding(graph, plan)
@@ -1114,7 +1114,7 @@ def _quantize_to_target(
     def run(src, dst, calib, rec):
         # GPTQ's statistics stream into this process (they have no mergeable state)
         # eq. (27) off: the search measures and widens tensors itself
-        if eng is None or rec.weight_rounding in ("gptq", "gptaq"):
+        if eng is None or rec.weight_rounding in ("gptq", "gptq_cd", "gptaq"):
             return quantize_static(src, dst, calib, rec, verbose=False, wide_fallback=False)
         return quantize_static(
             src, dst, calib, rec, verbose=False, engine=eng, shards=shards, wide_fallback=False
