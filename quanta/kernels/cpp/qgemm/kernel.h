@@ -154,6 +154,17 @@ void activation_row_sums(const void* x, int64_t x_row_stride, bool x_signed, int
 void qgemm_tiles_portable(const TileArgs& t);
 void qgemm_tiles_avx2(const TileArgs& t);
 void qgemm_tiles_avx2_narrow(const TileArgs& t);
+// One row (M = 1) on the avx2 7-bit family's panels [pb, pe): x' a [Kp] (zeros in [K, Kp)),
+// the panels' whole K summed in registers, two panels per pass, and e's output stage for
+// row 0 (fold_row, then finish_vector's operations; kF32 inline). The sums are
+// tile<1, true>'s in int32 (wrapping, so the order of the terms does not change a bit), and
+// the output stage is the same per-lane operations, so the bytes are the tiles'. It serves
+// the GEMV of a recurrent step and any other one-row product: the tile driver spends a
+// call, a tile set-up and two out-of-line finish_vector calls per 16-column panel and cuts
+// K into chunks (measured on Zen 3, one thread: 1 x 256 x 1024 8.3-9.0 -> 6.8-7.2 us,
+// 1 x 768 x 3072 57-62 -> 48-56 us; docs/kernels.md "Blocking").
+void qgemm_row_avx2_narrow(const uint8_t* a, int64_t Kp, const uint8_t* w_panels, int64_t pb, int64_t pe, int64_t N,
+                           const Epilogue& e);
 void qgemm_tiles_avx512vnni(const TileArgs& t);
 double vnni_peak_probe_avx512vnni(double seconds);
 

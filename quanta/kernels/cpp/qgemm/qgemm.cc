@@ -517,6 +517,25 @@ void qgemm(const QGemmParams& p, Workspace& workspace) {
   }
   if (pl.rowsums) activation_row_sums(p.x, p.x_row_stride, p.x_signed, pl.K, 0, pl.M, rowsum);
 
+  // One row on the avx2 7-bit family (a recurrent step's GEMV, a decoder's one-token
+  // products): the whole K per panel pair in registers (kernel.h qgemm_row_avx2_narrow),
+  // the same sums and output stage as the tiles below, so the same bytes; threads split
+  // the panels in the units of the plan (split_n: M = 1 is one row group).
+  if (pl.M == 1 && f.tiles == qgemm_tiles_avx2_narrow) {
+    const uint8_t* w_panels = w.data.data();
+    if (pl.tasks == 1) {
+      qgemm_row_avx2_narrow(a_base, pl.Kp, w_panels, 0, pl.n_panels, pl.N, epi);
+      return;
+    }
+    auto row_chunk = [&](int64_t chunk, int) {
+      const int64_t ub = pl.units * chunk / pl.n_work, ue = pl.units * (chunk + 1) / pl.n_work;
+      const int64_t pb = ub * pl.panels_per_unit, pe = std::min(pl.n_panels, ue * pl.panels_per_unit);
+      qgemm_row_avx2_narrow(a_base, pl.Kp, w_panels, pb, pe, pl.N, epi);
+    };
+    parallel_for(pl.tasks, pl.n_work, row_chunk);
+    return;
+  }
+
   // Phase 2: the blocked GEMM. A chunk is a contiguous range of units (panel groups,
   // MR-row groups, or (row group, panel group) pairs); chunks are claimed dynamically by
   // the threads (thread_pool.h).

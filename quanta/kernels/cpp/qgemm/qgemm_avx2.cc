@@ -25,6 +25,8 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "qgemm/fold.h"
 #include "qgemm/kernel.h"
 #include "requant_avx2.h"
@@ -308,6 +310,75 @@ void pack_activations_s16_avx2(const void* x, int64_t x_row_stride, bool x_signe
       for (int64_t k = 0; k < K; ++k) d[k] = static_cast<int16_t>(static_cast<uint8_t>(s[k] ^ flip_byte));
     }
     for (int64_t k = K; k < Kp; ++k) d[k] = 0;
+  }
+}
+
+namespace {
+
+// qgemm_row_avx2_narrow (kernel.h): row 0's two vectors of one panel through the output stage.
+__attribute__((always_inline)) inline void finish_row_panel(__m256i v0, __m256i v1, const Epilogue& e, int64_t n0,
+                                                            int64_t N) {
+  __m256i zw[2], cs[2];
+  fold_columns<simd::I32x8>(e, n0, zw, cs);
+  fold_row<simd::I32x8>(v0, v1, e, 0, zw, cs);
+  const int cols = static_cast<int>(std::min<int64_t>(kNR, N - n0));
+  if (e.kind == EpiKind::kF32 && !e.mult_row && cols == kNR) {
+    // finish_vector's kF32 case, inline: f = min(max(f32(v) · m[n] (+ b[n]), flo), fhi)
+    const __m256 lo = _mm256_set1_ps(e.flo), hi = _mm256_set1_ps(e.fhi);
+    __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(v0), _mm256_loadu_ps(e.multiplier + n0));
+    __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(v1), _mm256_loadu_ps(e.multiplier + n0 + 8));
+    if (e.float_bias) {
+      f0 = _mm256_add_ps(f0, _mm256_loadu_ps(e.float_bias + n0));
+      f1 = _mm256_add_ps(f1, _mm256_loadu_ps(e.float_bias + n0 + 8));
+    }
+    float* y = static_cast<float*>(e.y) + n0;
+    _mm256_storeu_ps(y, _mm256_min_ps(_mm256_max_ps(f0, lo), hi));
+    _mm256_storeu_ps(y + 8, _mm256_min_ps(_mm256_max_ps(f1, lo), hi));
+    return;
+  }
+  finish_vector(v0, e, 0, n0, cols);
+  if (cols > 8) finish_vector(v1, e, 0, n0 + 8, cols - 8);
+}
+
+}  // namespace
+
+void qgemm_row_avx2_narrow(const uint8_t* a, int64_t Kp, const uint8_t* w_panels, int64_t pb, int64_t pe, int64_t N,
+                           const Epilogue& e) {
+  constexpr int kKR4 = Avx2NarrowLayout::kKR;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int64_t panel_bytes = Kp * kNR;
+  const auto step = [&](__m256i xa, const int8_t* b, __m256i& c0, __m256i& c1) {
+    const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b));
+    const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b + 32));
+    c0 = _mm256_add_epi32(c0, _mm256_madd_epi16(_mm256_maddubs_epi16(xa, b0), ones));
+    c1 = _mm256_add_epi32(c1, _mm256_madd_epi16(_mm256_maddubs_epi16(xa, b1), ones));
+  };
+  const auto colterm = [&](int64_t n) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e.colterm + n)); };
+  int64_t p = pb;
+  for (; p + 2 <= pe; p += 2) {
+    const int64_t n0 = p * kNR;
+    const int8_t* b = reinterpret_cast<const int8_t*>(w_panels + p * panel_bytes);
+    const int8_t* b2 = b + panel_bytes;
+    __m256i c0 = colterm(n0), c1 = colterm(n0 + 8), c2 = colterm(n0 + 16), c3 = colterm(n0 + 24);
+    for (int64_t k = 0; k < Kp; k += kKR4) {
+      const __m256i xa = _mm256_set1_epi32(load_unaligned<int32_t>(a + k));
+      step(xa, b, c0, c1);
+      step(xa, b2, c2, c3);
+      b += kNR * kKR4;
+      b2 += kNR * kKR4;
+    }
+    finish_row_panel(c0, c1, e, n0, N);
+    finish_row_panel(c2, c3, e, n0 + kNR, N);
+  }
+  if (p < pe) {
+    const int64_t n0 = p * kNR;
+    const int8_t* b = reinterpret_cast<const int8_t*>(w_panels + p * panel_bytes);
+    __m256i c0 = colterm(n0), c1 = colterm(n0 + 8);
+    for (int64_t k = 0; k < Kp; k += kKR4) {
+      step(_mm256_set1_epi32(load_unaligned<int32_t>(a + k)), b, c0, c1);
+      b += kNR * kKR4;
+    }
+    finish_row_panel(c0, c1, e, n0, N);
   }
 }
 
