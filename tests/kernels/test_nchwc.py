@@ -629,24 +629,24 @@ def test_group_1_gives_the_same_bytes_on_every_isa(c, m, h, w, strides, dilation
         (3, 32, 5, 3, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), True, ""),  # the stem: plain planes
         (290, 32, 3, 3, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), False, ""),  # K = 2610, 19 input passes
         (17, 32, 3, 3, (3, 3), (1, 1), (1, 1), (0, 0, 0, 0), False, ""),  # valid: 1 pixel, no row tile
-        (17, 32, 3, 5, (3, 3), (1, 1), (1, 1), (0, 1, 0, 0), False, ""),  # 4 columns: 2 + 2
-        (24, 40, 7, 7, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), False, "SiLU"),  # 3 + 2 + 2; 1 block: pairs
-        (17, 32, 9, 9, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), False, ""),  # stride 2, 5 columns: 3 + 2
-        (7, 48, 6, 8, (3, 3), (1, 1), (1, 1), (1, 2, 1, 0), False, ""),  # asymmetric pads, 3 + 3 + 2
-        (3, 32, 4, 9, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), False, ""),  # 9 columns: 3 + 3 + 3
-        (3, 32, 4, 10, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), False, ""),  # 10: pairs and tiles again
+        (17, 32, 3, 5, (3, 3), (1, 1), (1, 1), (0, 1, 0, 0), False, ""),  # 4 columns: pair + tile
+        (24, 40, 7, 7, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), False, "SiLU"),  # 7 columns: pair + 3 + 2
+        (17, 32, 9, 9, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), False, ""),  # stride 2, 5 columns
+        (7, 48, 6, 8, (3, 3), (1, 1), (1, 1), (1, 2, 1, 0), False, ""),  # asymmetric pads, 8 columns
+        (3, 32, 4, 9, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), False, ""),  # 9 columns
+        (3, 32, 4, 10, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), False, ""),  # 10 columns
     ],
 )
 def test_narrow_rows_give_the_pair_and_tile_bytes(
     c, m, h, w, k, strides, dilations, pads, input_nchw, post
 ) -> None:
-    """A narrow row runs as segments of 2-3 output pixels, each pixel over its own taps
-    (AVX2: rows up to 9 pixels of 2 output blocks, 3 of one; AVX-512: 3), where the portable
-    kernels run border pixels and one-pixel tiles: the same
+    """A row of 2-3 output pixels runs as one tile, each pixel over its own taps (AVX2,
+    AVX-512), where the portable kernels run border pairs and one-pixel tiles: the same
     chains (input channel block, ky, kx, lane; bias, clamp, post op), so the same bytes on
     every ISA and thread count, and within (FG1) of float64. A pixel given a tap it does not
-    take, or a tap dropped, moves its output far outside the bound. Channels 3, 7, 17 and
-    33 leave pad lanes; x's pad lanes hold 3.0 (check_conv) and must not be read."""
+    take, or a tap dropped, moves its output far outside the bound. Rows of 4-10 pixels
+    (pairs and tiles on every ISA) are the neighbours that must not take the row tile.
+    Channels 3, 7, 17 and 33 leave pad lanes; x's pad lanes hold 3.0 and must not be read."""
     rng = np.random.default_rng(c * m + h * w)
     x = normal(rng, 2, c, h, w)
     x5 = x if input_nchw else twin.to_nchwc(x)

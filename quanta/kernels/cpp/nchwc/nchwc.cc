@@ -257,32 +257,20 @@ void conv(const ConvGeom& geom, const float* x, const float* w_packed, const flo
     t.lo = lo;
     t.hi = hi;
     t.ys_ob = oplane * kBlock;
-    // A narrow row runs as segments of 2-3 pixels of nearly equal sizes (7: 3 + 2 + 2),
-    // each pixel over its own taps (nchwc.h RowTaps): as a border pair, interior tiles and
-    // a one-pixel tile, a 3-pixel row is 2 + 1 chains per output block, and a pair loads
-    // each pixel's weights for itself (on a 7 x 7 plane, 512 -> 512: 26 % of the time).
-    struct Segment {
-      int64_t ox0;
-      RowTaps taps;
-    };
-    Segment segs[(kMaxRowOw + kMaxRowP - 1) / kMaxRowP];
-    int nseg = 0;
-    if (kr.row[nb - 1] != nullptr && g.ow >= 2 && g.ow <= std::min(kr.row_max_ow[nb - 1], kMaxRowOw)) {
-      nseg = static_cast<int>((g.ow + kMaxRowP - 1) / kMaxRowP);
-      const int64_t q = g.ow / nseg, more = g.ow % nseg;
-      int64_t ox = 0;
-      for (int s = 0; s < nseg; ++s) {
-        Segment& seg = segs[s];
-        seg.ox0 = ox;
-        seg.taps.p = static_cast<int>(s < more ? q + 1 : q);
-        for (int i = 0; i < seg.taps.p; ++i, ++ox) {
-          const int64_t ix0 = ox * g.sw - g.pl;
-          int64_t kx0, kx1;
-          tap_range(ix0, g.dw, g.kw, g.w, &kx0, &kx1);
-          seg.taps.kx0[i] = static_cast<int>(kx0);
-          seg.taps.kx1[i] = static_cast<int>(kx1);
-          seg.taps.x_pix[i] = ix0 * xs_px;
-        }
+    // A row of 2-3 pixels runs as one tile, each pixel over its own taps (nchwc.h
+    // RowTaps): as a border pair and a one-pixel tile it is 2 + 1 chains per output block,
+    // the one-pixel tile waiting on its own fma latency.
+    const bool whole_row = kr.row[nb - 1] != nullptr && g.ow >= 2 && g.ow <= kMaxRowP;
+    RowTaps row_taps{};
+    if (whole_row) {
+      row_taps.p = static_cast<int>(g.ow);
+      for (int i = 0; i < row_taps.p; ++i) {
+        const int64_t ix0 = i * g.sw - g.pl;
+        int64_t kx0, kx1;
+        tap_range(ix0, g.dw, g.kw, g.w, &kx0, &kx1);
+        row_taps.kx0[i] = static_cast<int>(kx0);
+        row_taps.kx1[i] = static_cast<int>(kx1);
+        row_taps.x_pix[i] = ix0 * xs_px;
       }
     }
     for (int64_t cb0 = 0; cb0 < cbs; cb0 += cb_pass) {
@@ -327,15 +315,13 @@ void conv(const ConvGeom& geom, const float* x, const float* w_packed, const flo
           t.y = yrow + ox * kBlock;
           t.sum = sum ? sum + (t.y - y) : nullptr;  // the sum operand has y's layout
         };
-        if (nseg > 0) {
+        if (whole_row) {
           t.x = xrow;
           t.w = wrow;
           t.nkx = static_cast<int>(g.kw);
-          for (int s = 0; s < nseg; ++s) {
-            t.y = yrow + segs[s].ox0 * kBlock;
-            t.sum = sum ? sum + (t.y - y) : nullptr;
-            kr.row[nb - 1](t, segs[s].taps);
-          }
+          t.y = yrow;
+          t.sum = sum ? sum + (yrow - y) : nullptr;
+          kr.row[nb - 1](t, row_taps);
           continue;
         }
         // border pixels: the left ones paired with the right ones (two chains at a time)

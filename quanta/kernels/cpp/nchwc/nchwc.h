@@ -72,14 +72,13 @@ using ConvTileFn = void (*)(const ConvTile& t, int64_t count);
 // output blocks, their chains interleaved.
 using ConvPairFn = void (*)(const ConvTile& a, const ConvTile& b);
 
-// p = 2 or 3 adjacent output pixels of a row (a segment of a narrow row: the 3 x 3 and
-// 7 x 7 planes of a VGG's last blocks), each pixel over its own taps: pixel i takes the
-// window's taps kx in [kx0[i], kx1[i]) (those inside the image), its input at tap kx at
-// t.x + x_pix[i] + kx·t.xs_col (x_pix[i] may be negative: only taps inside are formed).
-// t.x, t.w are the row's input and weights at tap kx = 0; t.nkx the window's width; y
-// pixel i at t.y + i·16. The chains and their order are those of the tiles and pairs.
+// A whole output row of p = 2 or 3 pixels (the 3 x 3 planes of a VGG's last block), each
+// pixel over its own taps: pixel i takes the window's taps kx in [kx0[i], kx1[i]) (those
+// inside the image), its input at tap kx at t.x + x_pix[i] + kx·t.xs_col (x_pix[i] may be
+// negative: only taps inside are formed). t.x, t.w are the row's input and weights at tap
+// kx = 0; t.nkx the window's width; y pixel i at t.y + i·16. The chains and their order
+// are those of the tiles and pairs.
 constexpr int kMaxRowP = 3;
-constexpr int kMaxRowOw = 9;  // the widest row a driver splits into such segments
 struct RowTaps {
   int p;
   int kx0[kMaxRowP], kx1[kMaxRowP];
@@ -121,8 +120,7 @@ struct Kernels {
   int max_nb;
   ConvTileFn tile[kMaxNb][kMaxP];
   ConvPairFn pair[kMaxNb];  // pair[nb − 1]
-  ConvRowFn row[kMaxNb];    // row[nb − 1]; null: narrow rows run as pairs and tiles
-  int row_max_ow[kMaxNb];   // rows of 2 .. row_max_ow[nb − 1] (≤ kMaxRowOw) pixels run as row segments
+  ConvRowFn row[kMaxNb];    // row[nb − 1]; null: rows of 2-3 pixels run as pairs and tiles
   int dw_max_p;
   DwTileFn dw[kMaxP];
   MaxPoolPlaneFn max_pool_plane;

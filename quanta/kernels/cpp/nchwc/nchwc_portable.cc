@@ -79,7 +79,6 @@ extern const Kernels kKernelsPortable = {
     {QUANTA_NCHWC_ROW(O, 1, 1), QUANTA_NCHWC_ROW(O, 2, 0), QUANTA_NCHWC_ROW(O, 3, 0), QUANTA_NCHWC_ROW(O, 4, 0)},
     QUANTA_NCHWC_PAIRS(O),
     {nullptr, nullptr, nullptr, nullptr},
-    {0, 0, 0, 0},
     1,
     QUANTA_NCHWC_DW_ROW(O, 1),
     nchwc_max_pool_plane<O>,
