@@ -268,6 +268,8 @@ def test_conv_geometry_space(case, seed) -> None:
         (2, 130, 26, 26, 64, 1, 1, (1, 1), (0, 0, 0, 0), 0.0, INF),  # input passes, 1x1 as wide rows
         (1, 48, 10, 10, 80, 3, 3, (2, 2), (1, 0, 1, 2), -1.0, 1.5),  # 4 + 1 output blocks, a Clip
         (1, 3, 9, 7, 16, 3, 3, (1, 1), (1, 1, 1, 1), -INF, INF),  # the stem, no clamp
+        (1, 40, 5, 3, 32, 3, 3, (1, 1), (1, 1, 1, 1), 0.0, INF),  # rows of 3 as one tile, input passes
+        (1, 17, 4, 4, 48, 3, 3, (2, 2), (1, 1, 1, 1), -1.0, 1.5),  # rows of 2 as one tile, 2 + 1 blocks
     ],
 )
 def test_the_sum_operand_is_the_add_after_the_conv(n, c, h, w, m, kh, kw, strides, pads, lo, hi) -> None:
@@ -611,3 +613,59 @@ def test_group_1_gives_the_same_bytes_on_every_isa(c, m, h, w, strides, dilation
     every_isa(run)
     assert len(set(outs.values())) == 1, list(outs)
     check_conv(2, c, h, w, m, 3, 3, strides, dilations, pads, lo=clamp[0], hi=clamp[1], post=post)
+
+
+@pytest.mark.parametrize(
+    "c,m,h,w,k,strides,dilations,pads,input_nchw,post",
+    [
+        (17, 32, 3, 3, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), False, ""),  # VGG's last block: 1 | 1 + 1 | 1
+        (40, 48, 5, 3, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), False, "SiLU"),  # 3 input passes, 2 + 1 blocks
+        (7, 17, 4, 2, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), False, ""),  # rows of 2, both pixels borders
+        (3, 24, 6, 4, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), False, "HardSwish"),  # stride 2: 4 -> 2
+        (24, 7, 5, 3, (3, 3), (1, 1), (2, 2), (2, 2, 2, 2), False, ""),  # dilation 2: every pixel cut
+        (33, 17, 3, 1, (3, 3), (1, 1), (1, 1), (1, 2, 1, 2), False, ""),  # one tap a pixel, none shared
+        (17, 64, 4, 2, (5, 5), (1, 1), (1, 1), (2, 2, 2, 2), False, ""),  # 5x5 on 2 columns, 4 blocks
+        (16, 32, 3, 3, (1, 3), (1, 1), (1, 1), (0, 1, 0, 1), False, ""),  # 1 x 3
+        (3, 32, 5, 3, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), True, ""),  # the stem: plain planes
+        (290, 32, 3, 3, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), False, ""),  # K = 2610, 19 input passes
+        (17, 32, 3, 3, (3, 3), (1, 1), (1, 1), (0, 0, 0, 0), False, ""),  # valid: 1 pixel, no row tile
+        (17, 32, 3, 5, (3, 3), (1, 1), (1, 1), (0, 1, 0, 0), False, ""),  # 4 columns: pair + tile
+        (24, 40, 7, 7, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), False, "SiLU"),  # 7 columns: pair + 3 + 2
+        (17, 32, 9, 9, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), False, ""),  # stride 2, 5 columns
+        (7, 48, 6, 8, (3, 3), (1, 1), (1, 1), (1, 2, 1, 0), False, ""),  # asymmetric pads, 8 columns
+        (3, 32, 4, 9, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), False, ""),  # 9 columns
+        (3, 32, 4, 10, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), False, ""),  # 10 columns
+    ],
+)
+def test_narrow_rows_give_the_pair_and_tile_bytes(
+    c, m, h, w, k, strides, dilations, pads, input_nchw, post
+) -> None:
+    """A row of 2-3 output pixels runs as one tile, each pixel over its own taps (AVX2,
+    AVX-512), where the portable kernels run border pairs and one-pixel tiles: the same
+    chains (input channel block, ky, kx, lane; bias, clamp, post op), so the same bytes on
+    every ISA and thread count, and within (FG1) of float64. A pixel given a tap it does not
+    take, or a tap dropped, moves its output far outside the bound. Rows of 4-10 pixels
+    (pairs and tiles on every ISA) are the neighbours that must not take the row tile.
+    Channels 3, 7, 17 and 33 leave pad lanes; x's pad lanes hold 3.0 and must not be read."""
+    rng = np.random.default_rng(c * m + h * w)
+    x = normal(rng, 2, c, h, w)
+    x5 = x if input_nchw else twin.to_nchwc(x)
+    if not input_nchw:
+        x5[:, -1, ..., c - (twin.blocks(c) - 1) * 16 :] = 3.0
+    wt, b = normal(rng, m, c, *k), normal(rng, m)
+    packed = _native.conv_nchwc_pack_f32(wt, 1, input_nchw)
+    kind, params = POSTS[post]
+    outs = {}
+
+    def run(isa: str) -> None:
+        for threads in (1, 2):
+            y = _native.conv_nchwc_f32(
+                x5, packed, b, m, c, *k, list(strides), list(dilations), list(pads), 1, 0.0, INF, threads,
+                None, kind, params, input_nchw,
+            )  # fmt: skip
+            outs[isa, threads] = y.tobytes()
+
+    every_isa(run)
+    assert "portable" in ISAS
+    assert len(set(outs.values())) == 1, list(outs)
+    check_conv(2, c, h, w, m, *k, strides, dilations, pads, input_nchw=input_nchw, lo=0.0, post=post)

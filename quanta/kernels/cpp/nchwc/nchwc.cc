@@ -257,6 +257,22 @@ void conv(const ConvGeom& geom, const float* x, const float* w_packed, const flo
     t.lo = lo;
     t.hi = hi;
     t.ys_ob = oplane * kBlock;
+    // A row of 2-3 pixels runs as one tile, each pixel over its own taps (nchwc.h
+    // RowTaps): as a border pair and a one-pixel tile it is 2 + 1 chains per output block,
+    // the one-pixel tile waiting on its own fma latency.
+    const bool whole_row = kr.row[nb - 1] != nullptr && g.ow >= 2 && g.ow <= kMaxRowP;
+    RowTaps row_taps{};
+    if (whole_row) {
+      row_taps.p = static_cast<int>(g.ow);
+      for (int i = 0; i < row_taps.p; ++i) {
+        const int64_t ix0 = i * g.sw - g.pl;
+        int64_t kx0, kx1;
+        tap_range(ix0, g.dw, g.kw, g.w, &kx0, &kx1);
+        row_taps.kx0[i] = static_cast<int>(kx0);
+        row_taps.kx1[i] = static_cast<int>(kx1);
+        row_taps.x_pix[i] = ix0 * xs_px;
+      }
+    }
     for (int64_t cb0 = 0; cb0 < cbs; cb0 += cb_pass) {
       t.cbs = std::min(cb_pass, cbs - cb0);
       t.last_lanes = cb0 + t.cbs == cbs ? static_cast<int>(g.c - (cbs - 1) * kBlock) : kBlock;
@@ -299,6 +315,15 @@ void conv(const ConvGeom& geom, const float* x, const float* w_packed, const flo
           t.y = yrow + ox * kBlock;
           t.sum = sum ? sum + (t.y - y) : nullptr;  // the sum operand has y's layout
         };
+        if (whole_row) {
+          t.x = xrow;
+          t.w = wrow;
+          t.nkx = static_cast<int>(g.kw);
+          t.y = yrow;
+          t.sum = sum ? sum + (yrow - y) : nullptr;
+          kr.row[nb - 1](t, row_taps);
+          continue;
+        }
         // border pixels: the left ones paired with the right ones (two chains at a time)
         const int64_t right0 = std::max(ox_hi, ox_lo);
         int64_t left = 0, right = right0;

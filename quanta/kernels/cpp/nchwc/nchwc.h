@@ -72,6 +72,19 @@ using ConvTileFn = void (*)(const ConvTile& t, int64_t count);
 // output blocks, their chains interleaved.
 using ConvPairFn = void (*)(const ConvTile& a, const ConvTile& b);
 
+// A whole output row of p = 2 or 3 pixels (the 3 x 3 planes of a VGG's last block), each
+// pixel over its own taps: pixel i takes the window's taps kx in [kx0[i], kx1[i]) (those
+// inside the image), its input at tap kx at t.x + x_pix[i] + kx·t.xs_col (x_pix[i] may be
+// negative: only taps inside are formed). t.x, t.w are the row's input and weights at tap
+// kx = 0; t.nkx the window's width; y pixel i at t.y + i·16. The chains and their order
+// are those of the tiles and pairs.
+constexpr int kMaxRowP = 3;
+struct RowTaps {
+  int p;
+  int kx0[kMaxRowP], kx1[kMaxRowP];
+  int64_t x_pix[kMaxRowP];
+};
+using ConvRowFn = void (*)(const ConvTile& t, const RowTaps& r);
 // Depthwise: `p` output pixels of one row of one channel block, taps [0, nky) × [0, nkx).
 //   x of pixel i at tap (ky, kx): x + ky·xs_row + kx·xs_col + i·xs_pix (16 floats);
 //   weight (ky, kx) at w + ky·ws_row + kx·16; output pixel i at y + i·16.
@@ -107,6 +120,7 @@ struct Kernels {
   int max_nb;
   ConvTileFn tile[kMaxNb][kMaxP];
   ConvPairFn pair[kMaxNb];  // pair[nb − 1]
+  ConvRowFn row[kMaxNb];    // row[nb − 1]; null: rows of 2-3 pixels run as pairs and tiles
   int dw_max_p;
   DwTileFn dw[kMaxP];
   MaxPoolPlaneFn max_pool_plane;

@@ -48,6 +48,7 @@ extern const Kernels kKernelsAvx2 = {
     2,
     {QUANTA_NCHWC_ROW(O, 1, 6), QUANTA_NCHWC_ROW(O, 2, 3), QUANTA_NCHWC_ROW(O, 3, 0), QUANTA_NCHWC_ROW(O, 4, 0)},
     QUANTA_NCHWC_PAIRS(O),
+    QUANTA_NCHWC_ROWS(O),
     4,
     QUANTA_NCHWC_DW_ROW(O, 4),
     nchwc_max_pool_plane<O>,

@@ -48,6 +48,7 @@ extern const Kernels kKernelsAvx512Vnni = {
     4,
     {QUANTA_NCHWC_ROW(O, 1, 8), QUANTA_NCHWC_ROW(O, 2, 8), QUANTA_NCHWC_ROW(O, 3, 8), QUANTA_NCHWC_ROW(O, 4, 6)},
     QUANTA_NCHWC_PAIRS(O),
+    QUANTA_NCHWC_ROWS(O),
     8,
     QUANTA_NCHWC_DW_ROW(O, 8),
     nchwc_max_pool_plane<O>,

@@ -78,6 +78,7 @@ extern const Kernels kKernelsPortable = {
     1,
     {QUANTA_NCHWC_ROW(O, 1, 1), QUANTA_NCHWC_ROW(O, 2, 0), QUANTA_NCHWC_ROW(O, 3, 0), QUANTA_NCHWC_ROW(O, 4, 0)},
     QUANTA_NCHWC_PAIRS(O),
+    {nullptr, nullptr, nullptr, nullptr},
     1,
     QUANTA_NCHWC_DW_ROW(O, 1),
     nchwc_max_pool_plane<O>,

@@ -200,6 +200,103 @@ void nchwc_conv_pair(const quanta::nchwc::ConvTile& a, const quanta::nchwc::Conv
   nchwc_finish<O, NB>(acc[1], a.bias, a.lo, a.hi, b.y, a.ys_ob, b.sum);
 }
 
+// One weight tap of a narrow row (nchwc_conv_row): per lane, NB weight vectors loaded once,
+// then for each pixel in M (bit i: pixel i takes this tap) its input value broadcast and NB
+// fmas. The lanes run in increasing order, so each pixel's chain keeps (cb, ky, kx, lane).
+template <class O, int P, int NB, unsigned M>
+inline __attribute__((always_inline)) void nchwc_row_tap(typename O::V (&acc)[P][NB], const float* const (&xp)[P],
+                                                         const float* wk, int64_t ws_ob, int64_t xs_lane, int lanes) {
+#pragma GCC unroll 1
+  for (int l = 0; l < lanes; ++l) {
+    typename O::V wv[NB];
+#pragma GCC unroll 4
+    for (int ob = 0; ob < NB; ++ob) wv[ob] = O::load(wk + l * 16 + ob * ws_ob);
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) {
+      if (((M >> p) & 1u) != 0) {  // a constant once the loop is unrolled
+        if constexpr (NB <= O::kEmbedMaxNb) {
+#pragma GCC unroll 4
+          for (int ob = 0; ob < NB; ++ob) acc[p][ob] = O::fma_bcast(wv[ob], xp[p] + l * xs_lane, acc[p][ob]);
+        } else {
+          const typename O::V xv = O::set1(xp[p][l * xs_lane]);
+#pragma GCC unroll 4
+          for (int ob = 0; ob < NB; ++ob) acc[p][ob] = O::fma(wv[ob], xv, acc[p][ob]);
+        }
+      }
+    }
+  }
+}
+
+// The tap loop of nchwc_row_tap for the run-time pixel set `mask`: one compile-time
+// instance per set, chosen by comparison (mask < 2^P; 0 takes no fma).
+template <class O, int P, int NB, unsigned M = 1>
+inline __attribute__((always_inline)) void nchwc_row_tap_mask(unsigned mask, typename O::V (&acc)[P][NB],
+                                                              const float* const (&xp)[P], const float* wk,
+                                                              int64_t ws_ob, int64_t xs_lane, int lanes) {
+  if constexpr (M < (1u << P)) {
+    if (mask == M) {
+      nchwc_row_tap<O, P, NB, M>(acc, xp, wk, ws_ob, xs_lane, lanes);
+      return;
+    }
+    nchwc_row_tap_mask<O, P, NB, M + 1>(mask, acc, xp, wk, ws_ob, xs_lane, lanes);
+  }
+}
+
+// A whole output row of P pixels (nchwc.h ConvRowFn): per (cb, ky) the window's taps kx in
+// increasing order, each tap's weights loaded once for every pixel that takes it (pixel i:
+// kx in [r.kx0[i], r.kx1[i])). Where the pair and a one-pixel tile run a 3-pixel row as
+// 2 + 1 chains per block (the one-pixel tile waits on its own fma latency), this keeps P·NB
+// chains and a third of the weight loads. Each pixel's chain: (cb, ky, kx, lane), as the tiles.
+template <class O, int P, int NB>
+void nchwc_conv_row_p(const quanta::nchwc::ConvTile& t, const quanta::nchwc::RowTaps& r) {
+  typename O::V acc[P][NB];
+#pragma GCC unroll 4
+  for (int p = 0; p < P; ++p) {
+#pragma GCC unroll 4
+    for (int ob = 0; ob < NB; ++ob) acc[p][ob] = t.first ? O::zero() : O::load(t.y + ob * t.ys_ob + p * 16);
+  }
+  for (int64_t cb = 0; cb < t.cbs; ++cb) {
+    const int lanes = cb + 1 < t.cbs ? 16 : t.last_lanes;
+    for (int ky = 0; ky < t.nky; ++ky) {
+      const float* xr = t.x + cb * t.xs_cb + ky * t.xs_row;
+      const float* wr = t.w + cb * t.ws_cb + ky * t.ws_row;
+      for (int kx = 0; kx < t.nkx; ++kx) {
+        // pixel i's input at tap kx, formed only for the pixels that take it (the others'
+        // columns lie outside the row)
+        unsigned mask = 0;
+        const float* xp[P];
+#pragma GCC unroll 4
+        for (int p = 0; p < P; ++p) {
+          const bool in = kx >= r.kx0[p] && kx < r.kx1[p];
+          mask |= in ? 1u << p : 0u;
+          xp[p] = in ? xr + r.x_pix[p] + kx * t.xs_col : xr;
+        }
+        nchwc_row_tap_mask<O, P, NB>(mask, acc, xp, wr + kx * 256, t.ws_ob, t.xs_lane, lanes);
+      }
+    }
+  }
+  if (!t.last) {
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) {
+#pragma GCC unroll 4
+      for (int ob = 0; ob < NB; ++ob) O::store(t.y + ob * t.ys_ob + p * 16, acc[p][ob]);
+    }
+    return;
+  }
+#pragma GCC unroll 4
+  for (int p = 0; p < P; ++p)
+    nchwc_finish<O, NB>(acc[p], t.bias, t.lo, t.hi, t.y + p * 16, t.ys_ob, t.sum ? t.sum + p * 16 : nullptr);
+}
+
+template <class O, int NB>
+void nchwc_conv_row(const quanta::nchwc::ConvTile& t, const quanta::nchwc::RowTaps& r) {
+  if (r.p == 2) {
+    nchwc_conv_row_p<O, 2, NB>(t, r);
+  } else {
+    nchwc_conv_row_p<O, 3, NB>(t, r);
+  }
+}
+
 // The taps of a tile in the generic order: per row ky, per tap kx, the P pixels.
 template <class O, int P>
 inline __attribute__((always_inline)) void nchwc_dw_taps(const quanta::nchwc::DwTile& t, typename O::V (&acc)[P]) {
@@ -391,6 +488,7 @@ constexpr quanta::nchwc::DwTileFn nchwc_dw_fn() {
    nchwc_tile_fn<O, 7, NB, MaxP>(), nchwc_tile_fn<O, 8, NB, MaxP>()}
 #define QUANTA_NCHWC_PAIRS(O) \
   {nchwc_conv_pair<O, 1>, nchwc_conv_pair<O, 2>, nchwc_conv_pair<O, 3>, nchwc_conv_pair<O, 4>}
+#define QUANTA_NCHWC_ROWS(O) {nchwc_conv_row<O, 1>, nchwc_conv_row<O, 2>, nchwc_conv_row<O, 3>, nchwc_conv_row<O, 4>}
 #define QUANTA_NCHWC_DW_ROW(O, MaxP)                                                                           \
   {nchwc_dw_fn<O, 1, MaxP>(), nchwc_dw_fn<O, 2, MaxP>(), nchwc_dw_fn<O, 3, MaxP>(), nchwc_dw_fn<O, 4, MaxP>(), \
    nchwc_dw_fn<O, 5, MaxP>(), nchwc_dw_fn<O, 6, MaxP>(), nchwc_dw_fn<O, 7, MaxP>(), nchwc_dw_fn<O, 8, MaxP>()}
