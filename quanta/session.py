@@ -127,6 +127,12 @@ class SessionOptions:
 
 FLOAT_FUNCTIONS = ("auto", "onnx", "ort")
 
+#: ONNX Runtime's float orders (ort_float_functions.FLOAT_ORDERS: "conv" MlasConv, "matmul"
+#: MlasMatMul, "pool" MlasPool's global and 2-D averages) a session with "auto" takes on a
+#: file ORT's quantizer wrote ("ort" by name takes all; docs/float-ops.md, "Which of ORT's
+#: float orders "auto" takes")
+AUTO_FLOAT_ORDERS: frozenset[str] = frozenset({"conv", "matmul", "pool"})
+
 
 def uses_ort_float_functions(model: Model, float_functions: str) -> bool:
     """Whether a session with ``float_functions`` runs ``model`` with ONNX Runtime's
@@ -254,17 +260,17 @@ class InferenceSession:
         if uses_ort_float_functions(model, self._options.float_functions):
             # what the functions compute, not an optimization: on every level
             from quanta.passes.manager import PassManager
-            from quanta.passes.rules.ort_float_functions import OrtFloatFunctions
+            from quanta.passes.rules.ort_float_functions import FLOAT_ORDERS, OrtFloatFunctions
 
-            # Asked for by name, the Conv groups ORT runs in float follow MLAS's schedule
-            # for ORT's thread count, which is this session's (reference/mlas_conv.py).
-            # "auto" keeps quanta's exact integer sum for them: ORT's float order costs
-            # 1.6-2.5x their time (docs/float-ops.md, "ONNX Runtime's float convolution").
-            threads = (
-                resolve_threads(self._options.intra_op_num_threads)
-                if self._options.float_functions == "ort"
-                else None
-            )
+            # ORT's float orders (MlasConv, MlasMatMul, MlasPool: reference/mlas_conv.py,
+            # mlas_matmul.py, mlas_pool.py) follow MLAS's schedule for ORT's thread count,
+            # which is this session's. By name: all of them. "auto" on a file ORT's
+            # quantizer wrote: AUTO_FLOAT_ORDERS, the ones whose native kernels keep such
+            # files within their measured time (docs/float-ops.md, "Which of ORT's float
+            # orders "auto" takes").
+            by_name = self._options.float_functions == "ort"
+            orders = FLOAT_ORDERS if by_name else AUTO_FLOAT_ORDERS
+            threads = resolve_threads(self._options.intra_op_num_threads) if orders else None
             # "auto" and "ort": the Conv groups ORT fuses and its u8·s8 integer GEMMs as its
             # kernels compute them on this CPU (pairs of products saturate without VNNI:
             # reference/mlas_qconv.py, docs/float-ops.md (QC1)-(QC4), (QM1)); native, at
@@ -276,7 +282,9 @@ class InferenceSession:
             saturates = onnxruntime_int8_saturates()
             PassManager(
                 [
-                    OrtFloatFunctions(threads=threads, u8s8_saturates=saturates, opset=model.opset()),
+                    OrtFloatFunctions(
+                        threads=threads, u8s8_saturates=saturates, opset=model.opset(), orders=orders
+                    ),
                     OrtIntegerResize(),
                 ]
             ).run(model)
