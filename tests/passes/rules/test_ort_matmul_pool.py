@@ -235,7 +235,9 @@ def test_matmul_specialized_call_equals_onnxruntime(case, monkeypatch):
     if scaled:  # ORT: FusedMatMul with alpha = f32(1 / c); K = 32 is one block
         nodes.insert(0, helper.make_node("Div", ["a", "c"], ["as"]))
         inits.append(numpy_helper.from_array(np.array(5.656854, F32), "c"))
-    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(t.shape)) for n, t in (("a", a), ("b", b))]
+    ins = [
+        helper.make_tensor_value_info(n, TensorProto.FLOAT, list(t.shape)) for n, t in (("a", a), ("b", b))
+    ]
     outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
     m = _model(nodes, ins, outs, inits, opset=13)
     generic = native_mm._mlas_matmul
