@@ -95,12 +95,13 @@ class SessionOptions:
     #: ORT's u8·s8 integer groups (the Conv groups it fuses, MatMulInteger and its fused
     #: forms, DynamicQuantizeLSTM) with ORT's int16-saturating pairs of products on a CPU
     #: whose ORT kernels saturate (x86 without VNNI; elsewhere ORT's sum is exact, as
-    #: quanta's), natively and no slower than the exact sum. "ort" by name also runs the
-    #: QDQ Conv groups ORT leaves float in MLAS's float order (bit-identical to ORT at this
-    #: session's thread count, slower than quanta's exact integer sum, which "auto" keeps:
-    #: effword_resnet50 1.11x ORT's time with it, 0.80x without).
-    #: docs/float-ops.md, "ONNX Runtime's functions", (QC1)-(QC4), (QM1) and "ONNX
-    #: Runtime's float convolution".
+    #: quanta's), natively and no slower than the exact sum. Both also run ORT's float
+    #: orders at this session's thread count ("ort": all; "auto": AUTO_FLOAT_ORDERS): the
+    #: QDQ Conv groups ORT leaves float in MLAS's float Conv order, float MatMuls in its
+    #: SGEMM's, average pools in MlasPool's (bit-identical to ORT; a float Conv costs about
+    #: twice quanta's exact integer one, as it does in ORT).
+    #: docs/float-ops.md, "ONNX Runtime's functions", (QC1)-(QC4), (QM1), "ONNX Runtime's
+    #: float convolution" and "Which of ORT's float orders "auto" takes".
     float_functions: str = "auto"
 
     #: quanta's own: run a MatMul whose weight the file stores as 8-bit integers times a
