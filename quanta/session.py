@@ -269,8 +269,12 @@ class InferenceSession:
             # quantizer wrote: AUTO_FLOAT_ORDERS, the ones whose native kernels keep such
             # files within their measured time (docs/float-ops.md, "Which of ORT's float
             # orders "auto" takes").
+            from quanta.quantize.ort_saturation import onnxruntime_float_orders_modelled
+
             by_name = self._options.float_functions == "ort"
-            orders = FLOAT_ORDERS if by_name else AUTO_FLOAT_ORDERS
+            # "auto" only where the twins are this host's ORT (AVX2 + FMA, no AVX-512F)
+            modelled = onnxruntime_float_orders_modelled()
+            orders = FLOAT_ORDERS if by_name else AUTO_FLOAT_ORDERS if modelled else frozenset()
             threads = resolve_threads(self._options.intra_op_num_threads) if orders else None
             # "auto" and "ort": the Conv groups ORT fuses and its u8·s8 integer GEMMs as its
             # kernels compute them on this CPU (pairs of products saturate without VNNI:

@@ -620,16 +620,24 @@ def test_int8_conv_groups_become_mlas_conv_and_match_onnxruntime_codes(bn):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("modelled_host", [True, False], ids=["fma3-host", "other-host"])
 @pytest.mark.parametrize("producer", ["onnx.quantize", "quanta"])
-def test_auto_takes_orts_float_conv_order_only_on_onnxruntimes_file(producer):
+def test_auto_takes_orts_float_conv_order_only_on_onnxruntimes_file(producer, modelled_host, monkeypatch):
     """Failure signature: the default session on a file ORT's quantizer wrote rounds its
     float Conv groups' exact sums where ORT rounds MLAS's FMA chains (nudenet_320n's ORT
-    files: 12-16 output steps from ORT), or takes ORT's order on a file ORT did not write.
-    "auto" runs the groups ORT leaves float as MlasConv exactly when the file is ORT's
-    (session.AUTO_FLOAT_ORDERS has "conv") and its codes are then ORT's; on another
-    producer's file it keeps the exact integer sum, the reference target's codes."""
+    files: 12-16 output steps from ORT), or takes ORT's order on a file ORT did not write,
+    or on a host whose ORT runs another SGEMM (AVX-512F), where the twin is not ORT.
+    "auto" runs the groups ORT leaves float as MlasConv exactly when the file is ORT's, the
+    host's ORT SGEMM is the modelled one and session.AUTO_FLOAT_ORDERS has "conv"; its
+    codes then equal ORT's (on this host); otherwise it keeps the exact integer sum, the
+    reference target's codes."""
+    from quanta.quantize import ort_saturation
     from quanta.session import AUTO_FLOAT_ORDERS
 
+    if not modelled_host:  # what an AVX-512F host reports
+        monkeypatch.setattr(ort_saturation, "onnxruntime_float_orders_modelled", lambda: False)
+    elif not ort_saturation.onnxruntime_float_orders_modelled():
+        pytest.skip("this host's ORT SGEMM is not MLAS's FMA3 kernel the twins model")
     proto = qdq_conv_proto(TensorProto.INT8, bn=True, producer=producer).SerializeToString()
 
     def session(option, backend="native"):
@@ -645,7 +653,7 @@ def test_auto_takes_orts_float_conv_order_only_on_onnxruntimes_file(producer):
         for name, s in (("auto", auto), ("ort", ort))
     }
     assert ops["ort"].count("MlasConv") == 2
-    takes = producer == "onnx.quantize" and "conv" in AUTO_FLOAT_ORDERS
+    takes = producer == "onnx.quantize" and modelled_host and "conv" in AUTO_FLOAT_ORDERS
     assert ops["auto"].count("MlasConv") == (2 if takes else 0)
     if takes:
         np.testing.assert_array_equal(got, ort_run(qdq_conv_proto(TensorProto.INT8, bn=True), conv_feed())[0])
