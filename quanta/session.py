@@ -266,9 +266,9 @@ class InferenceSession:
             # ORT's float orders (MlasConv, MlasMatMul, MlasPool: reference/mlas_conv.py,
             # mlas_matmul.py, mlas_pool.py) follow MLAS's schedule for ORT's thread count,
             # which is this session's. By name: all of them. "auto" on a file ORT's
-            # quantizer wrote: AUTO_FLOAT_ORDERS, the ones whose native kernels keep such
-            # files within their measured time (docs/float-ops.md, "Which of ORT's float
-            # orders "auto" takes").
+            # quantizer wrote: AUTO_FLOAT_ORDERS, each of whose steps runs on a recorded
+            # native kernel (docs/float-ops.md, "Which of ORT's float orders "auto"
+            # takes", (AO1)-(AO2), with the time each costs the zoo's ORT files).
             from quanta.quantize.ort_saturation import onnxruntime_float_orders_modelled
 
             by_name = self._options.float_functions == "ort"

@@ -662,6 +662,23 @@ def test_auto_takes_orts_float_conv_order_only_on_onnxruntimes_file(producer, mo
         np.testing.assert_array_equal(got, ref)
 
 
+def test_orders_choose_which_of_orts_float_orders_the_pass_takes():
+    """``orders`` without "conv" leaves the float Conv groups to quanta's exact arithmetic
+    (the other orders still run); an unknown order is an error naming it and the known
+    ones. Incorrect: ``orders={"gemm"}``; correct: ``orders={"matmul"}``."""
+    model = load(qdq_conv_proto(TensorProto.INT8, bn=True))
+    run_passes(model, [OrtFloatFunctions(threads=2, orders=frozenset({"matmul", "pool"}))])
+    assert [n.op_type for n in model.graph.nodes].count("MlasConv") == 0
+    model = load(qdq_conv_proto(TensorProto.INT8, bn=True))
+    run_passes(model, [OrtFloatFunctions(threads=2, orders=frozenset({"conv"}))])
+    assert [n.op_type for n in model.graph.nodes].count("MlasConv") == 2
+    with pytest.raises(ValueError) as e:
+        OrtFloatFunctions(threads=2, orders=frozenset({"gemm"}))
+    assert str(e.value) == (
+        "OrtFloatFunctions: unknown float orders ['gemm']; expected ['conv', 'matmul', 'pool']"
+    )
+
+
 def test_uint8_conv_group_that_onnxruntime_fuses_keeps_integer_arithmetic():
     """x and y uint8, int8 weights, int32 bias, the Conv's only use a QuantizeLinear: ORT
     runs QLinearConv, which quanta's exact integer path equals."""
