@@ -95,12 +95,13 @@ class SessionOptions:
     #: ORT's u8·s8 integer groups (the Conv, MatMul and Gemm groups it fuses, MatMulInteger
     #: and its fused forms, DynamicQuantizeLSTM) with ORT's int16-saturating pairs of products on a CPU
     #: whose ORT kernels saturate (x86 without VNNI; elsewhere ORT's sum is exact, as
-    #: quanta's), natively and no slower than the exact sum. "ort" by name also runs the
-    #: QDQ Conv groups ORT leaves float in MLAS's float order (bit-identical to ORT at this
-    #: session's thread count, slower than quanta's exact integer sum, which "auto" keeps:
-    #: effword_resnet50 1.11x ORT's time with it, 0.80x without).
-    #: docs/float-ops.md, "ONNX Runtime's functions", (QC1)-(QC4), (QM1) and "ONNX
-    #: Runtime's float convolution".
+    #: quanta's), natively and no slower than the exact sum. Both also run ORT's float
+    #: orders at this session's thread count ("ort": all; "auto": AUTO_FLOAT_ORDERS): the
+    #: QDQ Conv groups ORT leaves float in MLAS's float Conv order, float MatMuls in its
+    #: SGEMM's, average pools in MlasPool's (bit-identical to ORT; a float Conv costs about
+    #: twice quanta's exact integer one, as it does in ORT).
+    #: docs/float-ops.md, "ONNX Runtime's functions", (QC1)-(QC4), (QM1), "ONNX Runtime's
+    #: float convolution" and "Which of ORT's float orders "auto" takes".
     float_functions: str = "auto"
 
     #: quanta's own: run a MatMul whose weight the file stores as 8-bit integers times a
@@ -126,6 +127,12 @@ class SessionOptions:
 
 
 FLOAT_FUNCTIONS = ("auto", "onnx", "ort")
+
+#: ONNX Runtime's float orders (ort_float_functions.FLOAT_ORDERS: "conv" MlasConv, "matmul"
+#: MlasMatMul, "pool" MlasPool's global and 2-D averages) a session with "auto" takes on a
+#: file ORT's quantizer wrote ("ort" by name takes all; docs/float-ops.md, "Which of ORT's
+#: float orders "auto" takes")
+AUTO_FLOAT_ORDERS: frozenset[str] = frozenset({"conv", "matmul", "pool"})
 
 
 def uses_ort_float_functions(model: Model, float_functions: str) -> bool:
@@ -254,17 +261,21 @@ class InferenceSession:
         if uses_ort_float_functions(model, self._options.float_functions):
             # what the functions compute, not an optimization: on every level
             from quanta.passes.manager import PassManager
-            from quanta.passes.rules.ort_float_functions import OrtFloatFunctions
+            from quanta.passes.rules.ort_float_functions import FLOAT_ORDERS, OrtFloatFunctions
 
-            # Asked for by name, the Conv groups ORT runs in float follow MLAS's schedule
-            # for ORT's thread count, which is this session's (reference/mlas_conv.py).
-            # "auto" keeps quanta's exact integer sum for them: ORT's float order costs
-            # 1.6-2.5x their time (docs/float-ops.md, "ONNX Runtime's float convolution").
-            threads = (
-                resolve_threads(self._options.intra_op_num_threads)
-                if self._options.float_functions == "ort"
-                else None
-            )
+            # ORT's float orders (MlasConv, MlasMatMul, MlasPool: reference/mlas_conv.py,
+            # mlas_matmul.py, mlas_pool.py) follow MLAS's schedule for ORT's thread count,
+            # which is this session's. By name: all of them. "auto" on a file ORT's
+            # quantizer wrote: AUTO_FLOAT_ORDERS, each of whose steps runs on a recorded
+            # native kernel (docs/float-ops.md, "Which of ORT's float orders "auto"
+            # takes", (AO1)-(AO2), with the time each costs the zoo's ORT files).
+            from quanta.quantize.ort_saturation import onnxruntime_float_orders_modelled
+
+            by_name = self._options.float_functions == "ort"
+            # "auto" only where the twins are this host's ORT (AVX2 + FMA, no AVX-512F)
+            modelled = onnxruntime_float_orders_modelled()
+            orders = FLOAT_ORDERS if by_name else AUTO_FLOAT_ORDERS if modelled else frozenset()
+            threads = resolve_threads(self._options.intra_op_num_threads) if orders else None
             # "auto" and "ort": the Conv groups ORT fuses and its u8·s8 integer GEMMs as its
             # kernels compute them on this CPU (pairs of products saturate without VNNI:
             # reference/mlas_qconv.py, docs/float-ops.md (QC1)-(QC4), (QM1)); native, at
@@ -276,7 +287,9 @@ class InferenceSession:
             saturates = onnxruntime_int8_saturates()
             PassManager(
                 [
-                    OrtFloatFunctions(threads=threads, u8s8_saturates=saturates, opset=model.opset()),
+                    OrtFloatFunctions(
+                        threads=threads, u8s8_saturates=saturates, opset=model.opset(), orders=orders
+                    ),
                     OrtIntegerResize(),
                 ]
             ).run(model)

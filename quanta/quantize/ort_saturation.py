@@ -67,6 +67,30 @@ def onnxruntime_int8_saturates(flags: set[str] | None = None, machine: str | Non
     return "avx2" in flags and not ({"avx512_vnni", "avx_vnni"} & flags)
 
 
+def onnxruntime_float_orders_modelled(flags: set[str] | None = None, machine: str | None = None) -> bool:
+    """True when ONNX Runtime's float SGEMM on this CPU is MLAS's FMA3 kernel family (x86
+    with AVX2 and FMA, no AVX-512F), the one whose order reference/mlas_conv.py and
+    mlas_matmul.py model bit for bit; an AVX-512F host runs MLAS's AVX-512 SGEMM kernels,
+    another order. False where the CPU's flags cannot be read. The default session takes
+    ORT's float orders (session.AUTO_FLOAT_ORDERS) only on such a host.
+
+    >>> onnxruntime_float_orders_modelled({"avx2", "fma"}, "x86_64")
+    True
+    >>> onnxruntime_float_orders_modelled({"avx2", "fma", "avx512f"}, "x86_64")
+    False
+    >>> onnxruntime_float_orders_modelled({"asimd"}, "aarch64")
+    False
+    """
+    machine = (machine or platform.machine()).lower()
+    if machine not in _X86:
+        return False
+    if flags is None:
+        flags = _cpu_flags()
+        if flags is None:
+            return False
+    return {"avx2", "fma"} <= flags and "avx512f" not in flags
+
+
 def saturation_note(n_weights: int) -> str:
     """The advice for a file with ``n_weights`` weight tensors that ONNX Runtime's int8
     kernels saturate on this host (:func:`saturating_weights`)."""

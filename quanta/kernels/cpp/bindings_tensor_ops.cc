@@ -13,6 +13,8 @@
 //     operations over D, y [outer, inner]
 //   ort_reduce_rows_f32(x, mean, num_threads=1, out=None) -> y   x [R, n]: ONNX Runtime's row sum / mean
 //     in Eigen's order (tensor_ops/ort_reduce.h)
+//   mlas_global_average_rows_f32(x, num_threads=1, out=None) -> y   x [R, n]: ONNX Runtime's
+//     GlobalAveragePool of each row in MLAS's order (GP1)-(GP3) (tensor_ops/ort_reduce.h)
 //   reduce_rows_int(op, x, num_threads=1, out=None) -> y     x [R, D] int32 / int64; sum, sum_square,
 //     sum_abs, prod (wrapping), max, min
 //   scatter_f32(op, y, positions, updates) -> None           y[p_i] op= u_i in order (add, mul), float32
@@ -268,6 +270,20 @@ py::array ort_reduce_rows_f32(const py::handle& x_obj, bool mean, int num_thread
   run_or_record([=]() mutable {
     tensor_ops::ort_reduce_rows(x.data(), x.shape(0), x.shape(1), mean, static_cast<float*>(y.mutable_data()),
                                 num_threads);
+  });
+  return y;
+}
+
+py::array mlas_global_average_rows_f32(const py::handle& x_obj, int num_threads, const py::object& out_obj) {
+  auto x = require_array<float>(x_obj, "mlas_global_average_rows_f32: x");
+  if (x.ndim() != 2) {
+    throw py::value_error("mlas_global_average_rows_f32: x: expected [rows, n], got " + shape_str(shape_of(x)));
+  }
+  check_threads(num_threads, "mlas_global_average_rows_f32");
+  auto y = make_output(out_obj, x.dtype(), Shape{x.shape(0)}, "mlas_global_average_rows_f32", {x});
+  run_or_record([=]() mutable {
+    tensor_ops::mlas_global_average_rows(x.data(), x.shape(0), x.shape(1), static_cast<float*>(y.mutable_data()),
+                                         num_threads);
   });
   return y;
 }
@@ -977,6 +993,9 @@ void register_tensor_ops(py::module_& m) {
         "Row sum / sum of squares (R1)-(R3), max / min (M1)-(M3), product (P16) of x [R, D] float32.");
   m.def("ort_reduce_rows_f32", &ort_reduce_rows_f32, arg("x"), arg("mean"), arg("num_threads") = 1, arg("out") = none,
         "ONNX Runtime's row sum (mean: / f32(n)) of x [R, n] float32 in Eigen's order (ER1)-(ER4).");
+  m.def("mlas_global_average_rows_f32", &mlas_global_average_rows_f32, arg("x"), arg("num_threads") = 1,
+        arg("out") = none,
+        "ONNX Runtime's GlobalAveragePool of each row of x [R, n] float32 in MLAS's order (GP1)-(GP3).");
   m.def("reduce_middle_f32", &reduce_middle_f32, arg("op"), arg("x"), arg("num_threads") = 1, arg("out") = none,
         "The reduce_rows_f32 operations over the middle axis of x [outer, d, inner] float32 -> [outer, inner].");
   m.def("reduce_rows_int", &reduce_rows_int, arg("op"), arg("x"), arg("num_threads") = 1, arg("out") = none,

@@ -1448,6 +1448,11 @@ class MatMulToMlasMatMul(Rule):
         return node
 
 
+#: ONNX Runtime's float orders a session may take, each a set of rules that need ORT's
+#: thread count (OrtFloatFunctions ``orders``)
+FLOAT_ORDERS = frozenset({"conv", "matmul", "pool"})
+
+
 class OrtFloatFunctions(RewritePass):
     name = "ort_float_functions"
     rules = (
@@ -1464,23 +1469,40 @@ class OrtFloatFunctions(RewritePass):
         WrittenRmsNormToOrtLayerNorm(),
     )
 
-    def __init__(self, threads: int | None = None, *, u8s8_saturates: bool = False, opset: int = 21) -> None:
-        """``threads``: ONNX Runtime's intra-op thread count the float Convs follow (None:
-        Conv groups keep quanta's exact arithmetic; ConvToMlasConv and
-        GlobalAveragePoolToMlasPool are not run).
+    def __init__(
+        self,
+        threads: int | None = None,
+        *,
+        u8s8_saturates: bool = False,
+        opset: int = 21,
+        orders: frozenset[str] = FLOAT_ORDERS,
+    ) -> None:
+        """``threads``: ONNX Runtime's intra-op thread count the float Convs and MatMuls
+        follow (None: none of ORT's float orders is taken; Conv groups keep quanta's exact
+        arithmetic).
+        ``orders``: which of ORT's float orders (FLOAT_ORDERS) are taken when ``threads``
+        is given: "conv" (ConvToMlasConv), "matmul" (MatMulToMlasMatMul), "pool"
+        (GlobalAveragePoolToMlasPool, AveragePoolToMlasPool).
         ``u8s8_saturates``: ORT's u8·s8 kernels on this CPU saturate pairs of products (x86
         without VNNI): the Conv groups ORT fuses become MlasQLinearConv, its fused MatMul
         and Gemm groups QLinearMatMul and QGemm with ``saturating_pairs``, and the u8·s8
         integer GEMMs (MatMulInteger, MatMulIntegerToFloat, DynamicQuantizeMatMul,
         DynamicQuantizeLSTM) take ``saturating_pairs``."""
+        unknown = set(orders) - set(FLOAT_ORDERS)
+        if unknown:
+            raise ValueError(
+                f"OrtFloatFunctions: unknown float orders {sorted(unknown)}; expected {sorted(FLOAT_ORDERS)}"
+            )
         rules = [*type(self).rules, SoftmaxToMlasSoftmax(opset)]
         if threads is not None:
-            # by name only, as MlasConv: the pool's native binder runs the twin's NumPy,
-            # and "auto" keeps every step of a timed run on native kernels
-            rules.append(GlobalAveragePoolToMlasPool())
-            rules.append(ConvToMlasConv(threads))
-            rules.append(MatMulToMlasMatMul(threads))
-            rules.append(AveragePoolToMlasPool())
+            if "pool" in orders:
+                rules.append(GlobalAveragePoolToMlasPool())
+            if "conv" in orders:
+                rules.append(ConvToMlasConv(threads))
+            if "matmul" in orders:
+                rules.append(MatMulToMlasMatMul(threads))
+            if "pool" in orders:
+                rules.append(AveragePoolToMlasPool())
         if u8s8_saturates:
             rules.insert(0, QdqConvToMlasQLinearConv())
             rules.insert(1, QdqMatMulToSaturatingQLinearMatMul())

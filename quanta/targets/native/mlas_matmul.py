@@ -16,6 +16,12 @@ after the call; a K longer than one block with alpha ≠ 1 runs the twin (ORT's 
 scales are attention's 1/√d over K = d ≤ 128: one block). A one-row GEMM that ORT reads
 with B transposed (kind DOT_COLUMNS) runs as the transposed product, B's columns the
 rows of MLAS's N = 1 kernel.
+
+Per input signature (``Kernel.specialize``) a GEMM whose operands need no broadcast copy
+(equal batch dimensions, or a 2-D B) and no transposition is one ``mlas_conv_f32`` call
+on views of A, B and the planned output, which a native program records when alpha is 1;
+alpha ≠ 1 adds its one float32 product in place. The other signatures take the generic
+call above (broadcast, transposed copies).
 """
 
 from __future__ import annotations
@@ -33,8 +39,9 @@ from quanta.kernels.reference.mlas_matmul import (
     mlas_matmul,
     mlas_matmul_plan,
 )
-from quanta.targets.base import Kernel
+from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
+from quanta.targets.native._specialize import SMALL_MACS, guarded, step_threads
 from quanta.targets.native._values import threads as _threads
 
 try:
@@ -125,6 +132,48 @@ def _mlas_matmul(
     return out
 
 
+def _mlas_matmul_specialized(sig: Specialization, *, plans: dict, **attrs: Any) -> Any:
+    """One (A shape, B shape) of float32 operands that ``mlas_conv_f32`` reads in place:
+    A [G·M, K] and B [G·K, N] as views (equal batch dimensions, or a 2-D B folded into M),
+    not transposed, the plan native; the call writes the planned output (recordable when
+    alpha is 1). None: the generic call."""
+    a_shape, b_shape = sig.shapes[0], sig.shapes[1]
+    if a_shape is None or b_shape is None or len(a_shape) < 2 or len(b_shape) < 2:
+        return None
+    if sig.dtypes[0] != F32 or sig.dtypes[1] != F32 or 0 in a_shape or 0 in b_shape:
+        return None
+    plan = _Plan(tuple(a_shape), tuple(b_shape), attrs)
+    if not plan.native or plan.transposed:
+        return None
+    if not plan.folded and (tuple(a_shape[:-2]) != tuple(b_shape[:-2])):
+        return None  # a broadcast batch: the generic call's copies
+    g, m, n, k = plan.nb, plan.m, plan.n, plan.k
+    x4, w4, y4 = (1, g * k, 1, n), (g * m, k, 1, 1), (1, g * m, 1, n)
+    out = sig.out
+    target = None if out is None else out.reshape(y4)
+    threads = step_threads(sig, g * m * n * k, SMALL_MACS)
+    parts = plan.parts
+    alpha = plan.alpha
+    unit = alpha == np.float32(1)
+    conv = _native.mlas_conv_f32
+    one, zero4 = [1, 1], [0, 0, 0, 0]
+    out_shape = plan.out_shape
+
+    def run(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if not (a.flags.c_contiguous and b.flags.c_contiguous):
+            # a reshape would copy, and a recorded call would read the copy: the generic call
+            raise ValueError("MlasMatMul: an operand that is not C-contiguous")
+        y = conv(b.reshape(x4), a.reshape(w4), None, one, one, zero4, g, parts, threads, target)
+        if not unit:  # (MM4) one K block: y = f32(acc · alpha)
+            np.multiply(y, alpha, out=y)
+        if out is not None:
+            return out
+        return y.reshape(out_shape)
+
+    generic_attrs = {"plans": plans, **attrs}
+    return guarded(run, _mlas_matmul, generic_attrs, out, reads=2, recordable=bool(unit))
+
+
 @register_binder("MlasMatMul", QUANTA_DOMAIN)
 def bind_mlas_matmul(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """quanta::MlasMatMul on float32 A, B of rank >= 2."""
@@ -133,4 +182,5 @@ def bind_mlas_matmul(model: Model, node: Node) -> tuple[Kernel | None, str]:
         return None, "the native extension is not built (or predates mlas_conv_f32)"
     params: dict[str, Any] = {"plans": {}}
     kernel = Kernel(fn=_mlas_matmul, impl="native", name="native:mlas_conv_f32", params=params, out=True)
+    kernel.specialize = _mlas_matmul_specialized
     return kernel, ""

@@ -460,6 +460,14 @@ def _mlas_global_average_pool(ctx: Any, x: Any, *, out: Any) -> np.ndarray:
     if not isinstance(x, np.ndarray) or x.dtype != F32 or x.ndim < 3 or x.size == 0:
         raise _Unsupported  # the twin's error or its empty rows
     rows = np.ascontiguousarray(x).reshape(x.shape[0] * x.shape[1], -1)
+    lib = _native()
+    if hasattr(lib, "mlas_global_average_rows_f32"):
+        target = None if out is None else out.reshape(-1)
+        y = lib.mlas_global_average_rows_f32(rows, _threads(ctx), target)
+        if out is not None:
+            return out
+        return y.reshape(x.shape[:2] + (1,) * (x.ndim - 2))
+    # an extension built before the kernel: the twin's vector code, the same bits
     y = mlas_global_average_rows(rows).reshape(x.shape[:2] + (1,) * (x.ndim - 2))
     if out is None:
         return y
@@ -467,17 +475,46 @@ def _mlas_global_average_pool(ctx: Any, x: Any, *, out: Any) -> np.ndarray:
     return out
 
 
+def _mlas_global_average_pool_specialized(sig: Specialization, **attrs: Any) -> Any:
+    """One float32 x shape [N, C, spatial...] (rank >= 3, not empty): the rows [N·C, H·W...]
+    averaged straight into the planned output by one ``mlas_global_average_rows_f32`` call,
+    which a native program records (a NumPy step between recorded ones splits the program,
+    and the thread pool's wake-up after it cost g2pid_bert's written-out norms more than
+    their sums). None: the generic call."""
+    shape = sig.shapes[0]
+    lib = _native()
+    if shape is None or len(shape) < 3 or sig.dtypes[0] != F32 or 0 in shape:
+        return None
+    if not hasattr(lib, "mlas_global_average_rows_f32"):
+        return None
+    r, n = shape[0] * shape[1], math.prod(shape[2:])
+    out_shape = tuple(shape[:2]) + (1,) * (len(shape) - 2)
+    threads, out = step_threads(sig, r * n), sig.out
+    target = None if out is None else out.reshape(r)
+    rows_mean = lib.mlas_global_average_rows_f32
+
+    def run(x: np.ndarray, *rest: Any) -> np.ndarray:
+        if not x.flags.c_contiguous:
+            # a reshape would copy, and a recorded call would read the copy: the generic call
+            raise ValueError("MlasGlobalAveragePool: x is not C-contiguous")
+        y = rows_mean(x.reshape(r, n), threads, target)
+        return out if out is not None else y.reshape(out_shape)
+
+    return guarded(run, _mlas_global_average_pool, attrs, out, reads=1, recordable=True)
+
+
 @register_binder("MlasGlobalAveragePool", QUANTA_DOMAIN)
 def bind_mlas_global_average_pool(model: Model, node: Node) -> tuple[Kernel | None, str]:
-    """quanta MlasGlobalAveragePool: MLAS's global pooling order (GP1)-(GP3), the twin's
-    vector operations over all rows at once (one np.add.accumulate over the lane blocks):
-    no C++ kernel, the squeeze-excite means it serves are [C, H·W] of a few thousand
-    elements."""
+    """quanta MlasGlobalAveragePool: MLAS's global pooling order (GP1)-(GP3), the C++ row
+    kernel ``mlas_global_average_rows_f32`` (tensor_ops/ort_reduce.h), bit for bit the
+    twin's ``mlas_global_average_rows``."""
     del model  # unused
     dt = _dtype(node.input(0))
     if dt is not None and dt != F32:
         return None, f"native MlasGlobalAveragePool takes float32, got {dt}"
-    return Kernel(_mlas_global_average_pool, "native", "numpy:mlas_global_average_rows", out=True), ""
+    kernel = Kernel(_mlas_global_average_pool, "native", "native:mlas_global_average_rows_f32", out=True)
+    kernel.specialize = _mlas_global_average_pool_specialized
+    return kernel, ""
 
 
 class _AveragePlan:

@@ -208,3 +208,57 @@ def test_written_tanh_gelu_is_orts_fast_gelu_where_ort_fuses_it(constant_nodes, 
     assert ("OrtFastGelu" in [n.op_type for n in graph.graph.nodes]) != gelu_is_output
     want, got = _both(m, {"x": x, "g": g})
     np.testing.assert_array_equal(got[0], want[0])
+
+
+# (a shape, b shape, scaled): shapes the specialized call reads in place (equal batch
+# dimensions, a 2-D B folded into M), K past one 256 block, odd M / N, and a 1/√d scale
+SPECIALIZED_CASES = [
+    ((3, 7, 259), (3, 259, 17), False),
+    ((2, 5, 300), (300, 33), False),
+    ((1, 3, 17, 32), (1, 3, 32, 19), True),
+]
+
+
+@pytest.mark.parametrize("case", SPECIALIZED_CASES, ids=str)
+def test_matmul_specialized_call_equals_onnxruntime(case, monkeypatch):
+    """Failure signature: a specialized MlasMatMul that reads a stale or transposed operand
+    (a view reshaped into a copy and recorded) or drops alpha: outputs differ from ORT's on
+    the second run. Every run after a session's first (the measuring run, which binds the
+    shapes) takes the specialized call, and every run equals ORT's at 1 and 2 threads."""
+    import quanta.targets.native.mlas_matmul as native_mm
+
+    a_shape, b_shape, scaled = case
+    rng = np.random.default_rng(len(a_shape) * 7 + b_shape[-1])
+    a, b = _data(rng, a_shape), _data(rng, b_shape)
+    nodes = [helper.make_node("MatMul", ["as" if scaled else "a", "b"], ["y"])]
+    inits = []
+    if scaled:  # ORT: FusedMatMul with alpha = f32(1 / c); K = 32 is one block
+        nodes.insert(0, helper.make_node("Div", ["a", "c"], ["as"]))
+        inits.append(numpy_helper.from_array(np.array(5.656854, F32), "c"))
+    ins = [
+        helper.make_tensor_value_info(n, TensorProto.FLOAT, list(t.shape)) for n, t in (("a", a), ("b", b))
+    ]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    m = _model(nodes, ins, outs, inits, opset=13)
+    generic = native_mm._mlas_matmul
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return generic(*args, **kwargs)
+
+    monkeypatch.setattr(native_mm, "_mlas_matmul", counted)
+    for threads in (1, 2):
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.log_severity_level = 3
+        ort_sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        qo = quanta.SessionOptions(float_functions="ort", intra_op_num_threads=threads)
+        q_sess = quanta.InferenceSession(m.SerializeToString(), qo)
+        for run, shift in enumerate((0.0, 1.5, -0.75)):  # a recorded call must read new operands
+            feeds = {"a": (a + F32(shift)).astype(F32), "b": b}
+            want = ort_sess.run(None, feeds)[0]
+            np.testing.assert_array_equal(q_sess.run(None, feeds)[0], want)
+            if run == 0:
+                calls.clear()
+        assert not calls, "the generic MlasMatMul call ran after binding: the specialization refused"

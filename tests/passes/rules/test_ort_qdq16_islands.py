@@ -162,6 +162,49 @@ def test_mlas_global_average_twin_is_onnxruntime_float_pool(shape):
         assert np.any(exact != expected)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
+    "shape", [(1, 8, 24, 96), (2, 7, 5, 3), (1, 17, 13, 11), (1, 3, 1, 1), (1, 5, 9), (3, 88, 3, 24)]
+)
+def test_mlas_global_average_native_equals_twin_and_onnxruntime(shape, threads):
+    """Failure signature: a native row kernel that sums in another order (one accumulator,
+    eight lanes, a pairwise tree, FMA contraction) or lets a lane of −0 stay −0: last-bit
+    differences in the squeeze-excite means and written-out norms ORT's files feed into
+    QuantizeLinear. The C++ kernel equals the twin bit for bit and both equal ORT's pool,
+    values over 10 decades with a band of −0, at 1 and 2 kernel threads."""
+    from quanta.kernels import _native
+
+    if not hasattr(_native, "mlas_global_average_rows_f32"):
+        pytest.skip("the native extension predates mlas_global_average_rows_f32")
+    rng = np.random.default_rng(sum(shape) + threads)
+    x = (rng.standard_normal(shape) * np.exp(rng.uniform(-11, 11, shape))).astype(np.float32)
+    x.reshape(-1)[: x.size // 3] = -0.0
+    rows = np.ascontiguousarray(x.reshape(shape[0] * shape[1], -1))
+    got = _native.mlas_global_average_rows_f32(rows, threads)
+    want = mlas_global_average_rows(rows)
+    np.testing.assert_array_equal(got, want)
+    assert np.array_equal(np.signbit(got), np.signbit(want))
+    g = helper.make_graph(
+        [helper.make_node("GlobalAveragePool", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    expected = ort_run(proto, {"x": x}, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)[0]
+    np.testing.assert_array_equal(got.reshape(expected.shape), expected)
+
+
+def test_mlas_global_average_native_refuses_a_row_tensor_of_other_rank():
+    """The binding names the argument and the shape it got."""
+    from quanta.kernels import _native
+
+    if not hasattr(_native, "mlas_global_average_rows_f32"):
+        pytest.skip("the native extension predates mlas_global_average_rows_f32")
+    with pytest.raises(ValueError, match=r"mlas_global_average_rows_f32: x: expected \[rows, n\]"):
+        _native.mlas_global_average_rows_f32(np.zeros((2, 3, 4), np.float32), 1)
+
+
 def test_mlas_global_average_lanes_start_at_positive_zero():
     """A row of −0 averages to +0 (MLAS's lanes start at +0), in the lanes and in the tail."""
     for n in (3, 4, 9):

@@ -66,5 +66,24 @@ void ort_reduce_rows(const float* x, int64_t rows, int64_t n, bool mean, float* 
   });
 }
 
+void mlas_global_average_rows(const float* x, int64_t rows, int64_t n, float* y, int num_threads) {
+  if (rows <= 0) return;
+  const float count = static_cast<float>(n);
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(n, 1));
+  qgemm::parallel_ranges(num_threads, rows, grain, [&](int64_t b, int64_t e) {
+    for (int64_t d = b; d < e; ++d) {
+      const float* r = x + d * n;
+      float l[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // (GP1): +0, so a lane of −0 elements is +0
+      const int64_t blocks = n / 4;
+      for (int64_t k = 0; k < blocks; ++k) {
+        for (int j = 0; j < 4; ++j) l[j] += r[4 * k + j];
+      }
+      float s = (l[0] + l[2]) + (l[1] + l[3]);  // (GP2)
+      for (int64_t i = 4 * blocks; i < n; ++i) s += r[i];
+      y[d] = s / count;  // (GP3); n = 0: 0 / 0 = NaN
+    }
+  });
+}
+
 }  // namespace tensor_ops
 }  // namespace quanta

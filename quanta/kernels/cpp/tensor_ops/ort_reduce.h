@@ -28,5 +28,18 @@ namespace tensor_ops {
 // y[d] = sum of row d of x [rows, n] by (ER1)-(ER4); with mean, f32(sum / f32(n)).
 void ort_reduce_rows(const float* x, int64_t rows, int64_t n, bool mean, float* y, int num_threads);
 
+// ONNX Runtime's float32 GlobalAveragePool of one (n, c) row [n] as MLAS computes it
+// (pooling.cpp MlasPoolGlobalKernel, SSE vectors of 4 on x86-64; docs/float-ops.md
+// (GP1)-(GP3); twin reference/ort_float.py mlas_global_average_rows):
+//
+//   (GP1) lane j (0 <= j < 4) starts at +0 and adds x[4k + j], k = 0 .. n div 4 − 1, in order
+//   (GP2) s = f32(f32(l0 + l2) + f32(l1 + l3)), then s += x[i] for i = 4·(n div 4) .. n − 1
+//   (GP3) y = f32(s / f32(n))
+//
+// Every step is one float32 IEEE addition in this order (no FMA, no reassociation), so the
+// result is the same on every ISA and for every split of the rows across threads; n = 0
+// gives NaN (0 / 0), as the twin.
+void mlas_global_average_rows(const float* x, int64_t rows, int64_t n, float* y, int num_threads);
+
 }  // namespace tensor_ops
 }  // namespace quanta
