@@ -45,6 +45,14 @@ def _cpu_flags() -> set[str] | None:
     return None
 
 
+def _x86_flags(flags: set[str] | None, machine: str | None) -> set[str] | None:
+    """The CPU flags of an x86 host (``flags`` when given), None on another machine or
+    where /proc/cpuinfo cannot be read: no advice rather than a wrong one."""
+    if (machine or platform.machine()).lower() not in _X86:
+        return None
+    return _cpu_flags() if flags is None else flags
+
+
 def onnxruntime_int8_saturates(flags: set[str] | None = None, machine: str | None = None) -> bool:
     """True when ONNX Runtime's uint8 x int8 GEMM on this CPU is the saturating
     VPMADDUBSW form: x86 with AVX2 and neither AVX-512 VNNI nor AVX-VNNI. False where the
@@ -57,14 +65,8 @@ def onnxruntime_int8_saturates(flags: set[str] | None = None, machine: str | Non
     >>> onnxruntime_int8_saturates({"asimd"}, "aarch64")
     False
     """
-    machine = (machine or platform.machine()).lower()
-    if machine not in _X86:
-        return False
-    if flags is None:
-        flags = _cpu_flags()
-        if flags is None:
-            return False
-    return "avx2" in flags and not ({"avx512_vnni", "avx_vnni"} & flags)
+    flags = _x86_flags(flags, machine)
+    return flags is not None and "avx2" in flags and not ({"avx512_vnni", "avx_vnni"} & flags)
 
 
 def onnxruntime_float_orders_modelled(flags: set[str] | None = None, machine: str | None = None) -> bool:
@@ -81,14 +83,8 @@ def onnxruntime_float_orders_modelled(flags: set[str] | None = None, machine: st
     >>> onnxruntime_float_orders_modelled({"asimd"}, "aarch64")
     False
     """
-    machine = (machine or platform.machine()).lower()
-    if machine not in _X86:
-        return False
-    if flags is None:
-        flags = _cpu_flags()
-        if flags is None:
-            return False
-    return {"avx2", "fma"} <= flags and "avx512f" not in flags
+    flags = _x86_flags(flags, machine)
+    return flags is not None and {"avx2", "fma"} <= flags and "avx512f" not in flags
 
 
 def saturation_note(n_weights: int) -> str:

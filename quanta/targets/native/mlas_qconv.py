@@ -73,24 +73,10 @@ def _mlas_qconv(
     x = np.asarray(x)
     if x.ndim != call["rank"] + 2 or x.dtype not in (np.uint8, np.int8):
         return _twin(ctx, x, *inputs, out=out, **attrs)
-    if call["rank"] == 1:  # [N, C, L] -> [N, C, 1, L]: views of contiguous buffers
-        y = _native.mlas_qconv(
-            np.ascontiguousarray(x)[:, :, None, :],
-            call["packed"],
-            call["zx"],
-            call["multiplier"],
-            call["zy"],
-            call["y_signed"],
-            call["bias"],
-            call["strides"],
-            call["dilations"],
-            call["pads"],
-            _threads(ctx),
-            None if out is None else out[:, :, None, :],
-        )
-        return y.reshape(y.shape[0], y.shape[1], y.shape[3]) if out is None else out
-    return _native.mlas_qconv(
-        np.ascontiguousarray(x),
+    one_d = call["rank"] == 1  # [N, C, L] -> [N, C, 1, L]: views of contiguous buffers
+    x = np.ascontiguousarray(x)
+    y = _native.mlas_qconv(
+        x[:, :, None, :] if one_d else x,
         call["packed"],
         call["zx"],
         call["multiplier"],
@@ -101,8 +87,11 @@ def _mlas_qconv(
         call["dilations"],
         call["pads"],
         _threads(ctx),
-        out,
+        None if out is None else out[:, :, None, :] if one_d else out,
     )
+    if not one_d:
+        return y
+    return y.reshape(y.shape[0], y.shape[1], y.shape[3]) if out is None else out
 
 
 def _call(node: Node) -> tuple[dict[str, Any] | None, str]:
