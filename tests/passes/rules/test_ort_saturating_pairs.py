@@ -25,18 +25,8 @@ from quanta.session import InferenceSession, SessionOptions
 from tests.ort_int8 import ort_functions_differ_from_exact
 from tests.passes.helpers import run_passes
 
-HOSTS = {"avx2": {"avx2", "fma"}, "vnni": {"avx2", "fma", "avx512f", "avx512_vnni"}}
 THIS_HOST_SATURATES = ort_saturation.onnxruntime_int8_saturates()
 MS = "com.microsoft"
-
-
-@pytest.fixture(params=sorted(HOSTS))
-def host(request, monkeypatch):
-    """The session sees the named host: (name, whether ORT saturates there)."""
-    real = ort_saturation.onnxruntime_int8_saturates
-    saturates = real(HOSTS[request.param], "x86_64")
-    monkeypatch.setattr(ort_saturation, "onnxruntime_int8_saturates", lambda *a, **k: saturates)
-    return request.param, saturates
 
 
 def ort_run(proto, feed):
