@@ -27,7 +27,7 @@ from quanta.ir.graph import Model
 from quanta.runtime.compile import compile as compile_model
 from quanta.runtime.execute import Executor
 
-__all__ = ["CalibrationResult", "calibrate", "compile_executor"]
+__all__ = ["CalibrationResult", "calibrate", "compile_executor", "with_defaults"]
 
 
 class CalibrationResult(dict):
@@ -296,7 +296,7 @@ def calibrate(
             for name, arr in feed.items():
                 if name in input_names:
                     on_value(name, arr)
-            exe.run(_with_defaults(feed, graph), outputs, on_value=on_value)
+            exe.run(with_defaults(feed, graph), outputs, on_value=on_value)
             flush()
             seen.clear()
             for obs in observers.values():
@@ -321,7 +321,10 @@ def compile_executor(model: Model) -> Executor:
     return Executor(compile_model(model, "native", passes=[]))
 
 
-def _with_defaults(feed: Mapping[str, np.ndarray], graph) -> dict[str, np.ndarray]:
+def with_defaults(feed: Mapping[str, np.ndarray], graph) -> dict[str, np.ndarray]:
+    """``feed`` with every graph input it leaves out that has a default (an initializer
+    listed as an input) filled in: what a run of the float model is fed (calibration
+    here, the sharded jobs of quanta.scale, the quantizer's own passes over the data)."""
     out = dict(feed)
     for v in graph.inputs:
         if v.name not in out and v.const is not None:

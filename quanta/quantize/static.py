@@ -709,7 +709,7 @@ def quantize_static(
         if recipe.bias_correction:
             correct_biases(graph, plan, means)
         if round_weights is not None and recipe.weight_rounding == "gptaq":
-            from quanta.calibrate.runner import _with_defaults
+            from quanta.calibrate.runner import with_defaults
             from quanta.quantize.asymmetric import reconstruct
 
             # eqs. (12g)-(12j): the FP32 model and the quantized one as planned so far,
@@ -718,7 +718,7 @@ def quantize_static(
                 for feed in iter_feeds(
                     calibration_data, graph.inputs, preprocess=preprocess, limit=recipe.calibration_samples
                 ):
-                    yield _with_defaults(feed, graph)
+                    yield with_defaults(feed, graph)
 
             reconstruct(model, plan, recipe, feeds)
         quantize_bodies(bodies, model, ranges, dict(body_float), means, recipe)

@@ -37,9 +37,9 @@ from quanta.calibrate.runner import (
     CalibrationResult,
     ChannelMean,
     MeanResult,
-    _with_defaults,
     calibrate,
     compile_executor,
+    with_defaults,
 )
 from quanta.calibrate.weighted_mse import WeightedMSEObserver
 from quanta.ir.graph import Model
@@ -246,7 +246,7 @@ def first_value_shapes(
         for name, arr in feed.items():
             if name in input_names:
                 record(name, arr)
-        exe.run(_with_defaults(feed, graph), [v.name for v in graph.outputs], on_value=record)
+        exe.run(with_defaults(feed, graph), [v.name for v in graph.outputs], on_value=record)
     return shapes
 
 
