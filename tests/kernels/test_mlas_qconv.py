@@ -130,6 +130,13 @@ def test_refusals_name_the_argument():
         _native.mlas_qconv(x, packed, 3, m[:4].copy(), 0, False, b, [1, 1], [1, 1], [1, 1, 1, 1])
     with pytest.raises(ValueError, match="zx is outside"):
         _native.mlas_qconv(x, packed, 300, m, 0, False, b, [1, 1], [1, 1], [1, 1, 1, 1])
+    # the window checks MlasConv shares (mlas_conv::set_window), named by this kernel
+    with pytest.raises(ValueError, match=r"^mlas_qconv: pads must be >= 0, got \(1, -1, 1, 1\)$"):
+        _native.mlas_qconv(x, packed, 3, m, 0, False, b, [1, 1], [1, 1], [1, -1, 1, 1])
+    with pytest.raises(ValueError, match=r"^mlas_qconv: strides, dilations need 2 values, pads 4$"):
+        _native.mlas_qconv(x, packed, 3, m, 0, False, b, [1], [1, 1], [1, 1, 1, 1])
+    with pytest.raises(ValueError, match=r"^mlas_qconv: the output would be empty$"):
+        _native.mlas_qconv(x, packed, 3, m, 0, False, b, [1, 1], [40, 1], [0, 0, 0, 0])
 
 
 def ort_qlinear_conv(inputs, attrs):

@@ -59,7 +59,6 @@ py::array mlas_conv_f32(const py::handle& x_obj, const py::handle& w_obj, const 
   auto w = require_array<float>(w_obj, "mlas_conv_f32: w");
   need(x.ndim() == 4, "x must be 4-D [B, C, H, W], got rank " + std::to_string(x.ndim()));
   need(w.ndim() == 4, "w must be 4-D [M, C/group, kh, kw], got rank " + std::to_string(w.ndim()));
-  need(strides.size() == 2 && dilations.size() == 2 && pads.size() == 4, "strides, dilations need 2 values, pads 4");
   need(group >= 1 && x.shape(1) % group == 0 && w.shape(0) % group == 0, "group must divide C and M");
   mlas_conv::Geometry g{};
   g.batch = x.shape(0);
@@ -71,20 +70,8 @@ py::array mlas_conv_f32(const py::handle& x_obj, const py::handle& w_obj, const 
   need(w.shape(1) == g.c, "w.shape[1] must be C/group = " + std::to_string(g.c));
   g.kh = w.shape(2);
   g.kw = w.shape(3);
-  g.sh = strides[0];
-  g.sw = strides[1];
-  g.dh = dilations[0];
-  g.dw = dilations[1];
-  g.pt = pads[0];
-  g.pl = pads[1];
-  need(g.sh >= 1 && g.sw >= 1 && g.dh >= 1 && g.dw >= 1, "strides and dilations must be >= 1");
-  need(pads[0] >= 0 && pads[1] >= 0 && pads[2] >= 0 && pads[3] >= 0,
-       "pads must be >= 0, got (" + std::to_string(pads[0]) + ", " + std::to_string(pads[1]) + ", " +
-           std::to_string(pads[2]) + ", " + std::to_string(pads[3]) + ")");
-  g.oh = (g.h + pads[0] + pads[2] - g.dh * (g.kh - 1) - 1) / g.sh + 1;
-  g.ow = (g.w + pads[1] + pads[3] - g.dw * (g.kw - 1) - 1) / g.sw + 1;
-  need(g.h + pads[0] + pads[2] >= g.dh * (g.kh - 1) + 1 && g.w + pads[1] + pads[3] >= g.dw * (g.kw - 1) + 1,
-       "the output would be empty");
+  const std::string window = mlas_conv::set_window(g, strides, dilations, pads);
+  need(window.empty(), window);
   const float* b = nullptr;
   py::array_t<float, py::array::c_style> bias;
   if (!bias_obj.is_none()) {

@@ -78,7 +78,6 @@ py::array mlas_qconv_call(const py::handle& x_obj, const std::shared_ptr<Packed>
   const bool x_signed = dtype_equiv(x_any.dtype(), py::dtype::of<int8_t>());
   need(x_signed || dtype_equiv(x_any.dtype(), py::dtype::of<uint8_t>()), "x: expected uint8 or int8");
   need(x_any.ndim() == 4, "x must be 4-D [B, G·C, H, W]");
-  need(strides.size() == 2 && dilations.size() == 2 && pads.size() == 4, "strides, dilations need 2 values, pads 4");
   mlas_qconv::Geometry g{};
   g.batch = x_any.shape(0);
   g.group = pw->group;
@@ -90,18 +89,8 @@ py::array mlas_qconv_call(const py::handle& x_obj, const std::shared_ptr<Packed>
        "x has " + std::to_string(x_any.shape(1)) + " channels, the weights " + std::to_string(g.group * g.c));
   g.h = x_any.shape(2);
   g.w = x_any.shape(3);
-  g.sh = strides[0];
-  g.sw = strides[1];
-  g.dh = dilations[0];
-  g.dw = dilations[1];
-  g.pt = pads[0];
-  g.pl = pads[1];
-  need(g.sh >= 1 && g.sw >= 1 && g.dh >= 1 && g.dw >= 1, "strides and dilations must be >= 1");
-  need(pads[0] >= 0 && pads[1] >= 0 && pads[2] >= 0 && pads[3] >= 0, "pads must be >= 0");
-  need(g.h + pads[0] + pads[2] >= g.dh * (g.kh - 1) + 1 && g.w + pads[1] + pads[3] >= g.dw * (g.kw - 1) + 1,
-       "the output would be empty");
-  g.oh = (g.h + pads[0] + pads[2] - g.dh * (g.kh - 1) - 1) / g.sh + 1;
-  g.ow = (g.w + pads[1] + pads[3] - g.dw * (g.kw - 1) - 1) / g.sw + 1;
+  const std::string window = mlas_conv::set_window(g, strides, dilations, pads);
+  need(window.empty(), window);
   need(x_signed ? (zx >= -128 && zx <= 127) : (zx >= 0 && zx <= 255), "zx is outside x's range");
   need(y_signed ? (zy >= -128 && zy <= 127) : (zy >= 0 && zy <= 255), "zy is outside y's range");
   const int64_t ftot = g.group * g.f;

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "qgemm/thread_pool.h"
@@ -139,6 +140,28 @@ void dot_rows(const float* a, int64_t lda, const float* b, int64_t k, int64_t mc
 }
 
 }  // namespace
+
+std::string set_window(Geometry& g, const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
+                       const std::vector<int64_t>& pads) {
+  if (strides.size() != 2 || dilations.size() != 2 || pads.size() != 4)
+    return "strides, dilations need 2 values, pads 4";
+  g.sh = strides[0];
+  g.sw = strides[1];
+  g.dh = dilations[0];
+  g.dw = dilations[1];
+  g.pt = pads[0];
+  g.pl = pads[1];
+  if (g.sh < 1 || g.sw < 1 || g.dh < 1 || g.dw < 1) return "strides and dilations must be >= 1";
+  if (pads[0] < 0 || pads[1] < 0 || pads[2] < 0 || pads[3] < 0) {
+    return "pads must be >= 0, got (" + std::to_string(pads[0]) + ", " + std::to_string(pads[1]) + ", " +
+           std::to_string(pads[2]) + ", " + std::to_string(pads[3]) + ")";
+  }
+  const int64_t hp = g.h + pads[0] + pads[2], wp = g.w + pads[1] + pads[3];
+  if (hp < g.dh * (g.kh - 1) + 1 || wp < g.dw * (g.kw - 1) + 1) return "the output would be empty";
+  g.oh = (hp - g.dh * (g.kh - 1) - 1) / g.sh + 1;
+  g.ow = (wp - g.dw * (g.kw - 1) - 1) / g.sw + 1;
+  return "";
+}
 
 void conv_f32(const float* x, const float* w, const float* bias, float* y, const Geometry& g, const int64_t* parts,
               int64_t n_parts, int num_threads, bool use_avx2) {

@@ -20,6 +20,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace quanta {
 namespace mlas_conv {
@@ -32,6 +34,12 @@ struct Geometry {
   int64_t oh, ow;   // output
   int64_t sh, sw, dh, dw, pt, pl;
 };
+
+// The window of g (batch, group, c, f, kh, kw, h, w already set): strides and dilations
+// [h, w], pads [top, left, bottom, right], the output plane oh x ow. An empty string, else
+// what is wrong (the binders raise it as a ValueError); MlasConv and MlasQLinearConv share it.
+std::string set_window(Geometry& g, const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
+                       const std::vector<int64_t>& pads);
 
 enum Kind : int64_t { kChains = 0, kM1 = 1, kDot = 2 };
 

@@ -25,19 +25,14 @@
 #include <memory>
 #include <vector>
 
+#include "mlas_conv/mlas_conv.h"
 #include "qgemm/qgemm.h"
 
 namespace quanta {
 namespace mlas_qconv {
 
-struct Geometry {
-  int64_t batch, group;
-  int64_t c, h, w;  // input channels per group, input height and width
-  int64_t f;        // filters per group
-  int64_t kh, kw;   // kernel
-  int64_t oh, ow;   // output
-  int64_t sh, sw, dh, dw, pt, pl;
-};
+// MlasConv's: the same 2-D window over [batch, group·c, h, w] (mlas_conv::set_window)
+using Geometry = mlas_conv::Geometry;
 
 // The weights of one node, prepacked once: per group [K, f] in (i, j, c) order.
 struct Packed {
