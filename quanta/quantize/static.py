@@ -75,6 +75,8 @@ from quanta.quantize.qdq import (
 from quanta.quantize.range_choice import (
     FEEDS,
     MIN_FEEDS,
+    WIDE_TRY_SQNR_DB,
+    best_8bit_sqnr,
     choose,
     half_ranges,
     reiterable,
@@ -887,7 +889,7 @@ def quantize_static(
     if note:
         summary.notes.append(note)
     # eq. (27) (docs/calibration.md): an 8-bit file far from FP32 is measured against a 16-bit one
-    if wide_fallback and wide_candidate(recipe, range_choice) and reiterable(source_data):
+    if wide_fallback and wide_candidate(recipe, range_choice, channel_choice) and reiterable(source_data):
         summary = _wider_if_better(
             model_input,
             model_output,
@@ -895,6 +897,7 @@ def quantize_static(
             recipe,
             graph,
             summary,
+            best_8bit_sqnr(range_choice, channel_choice),
             dict(
                 preprocess=source_preprocess, engine=engine, workers=workers, address=address, shards=shards
             ),
@@ -911,23 +914,21 @@ def _wider_if_better(
     recipe: Recipe,
     graph: Any,
     summary: QuantizationSummary,
+    best8: float | None,
     run_options: dict[str, Any],
 ) -> QuantizationSummary:
-    """Eq. (27): the 8-bit file written to ``model_output`` loses the outputs (eq. (24)'s
-    best candidate under WIDE_TRY_SQNR_DB, the "far from FP32" bar); quantize again with 16-bit activations, run both
-    files and the float model on the held-out calibration feeds, and keep the 16-bit file
-    when it gains WIDE_MARGIN_DB. Returns the summary of the file kept, with a note saying
-    what was measured."""
+    """Eq. (27): the 8-bit configurations measured (``best8``, eqs. (24) and (29b)) are
+    under WIDE_TRY_SQNR_DB, the "far from FP32" bar. Run the 8-bit file written to
+    ``model_output`` and the float model on the held-out calibration feeds; when the file
+    itself reaches the bar it is kept; else quantize again with 16-bit activations and keep
+    that file when it gains WIDE_MARGIN_DB. Returns the summary of the file kept, with a
+    note saying what was measured."""
     from quanta.quantize.range_choice import mean_sqnr_db
 
     # eq. (24)'s held-out feeds: the odd ones of the first 2 * FEEDS
     feeds = list(iter_feeds(data, graph.inputs, preprocess=run_options["preprocess"], limit=2 * FEEDS))[1::2]
+    n_feeds = summary.range_choice.feeds if summary.range_choice is not None else len(feeds)
     with tempfile.TemporaryDirectory(prefix="quanta-a16-") as tmp:
-        path = os.path.join(tmp, "a16.onnx")
-        wide = quantize_static(
-            model_input, path, data, widened_recipe(recipe, graph), verbose=False, **run_options
-        )
-        assert isinstance(wide, QuantizationSummary)
         if isinstance(model_input, (str, os.PathLike)):
             reference = os.fspath(model_input)
         else:
@@ -941,11 +942,22 @@ def _wider_if_better(
         try:
             ref = run_file(reference, feeds)
             eight = mean_sqnr_db(ref, run_file(os.fspath(model_output), feeds))
-            sixteen = mean_sqnr_db(ref, run_file(path, feeds))
         except Exception:  # a measurement never makes quantization fail (as eq. (24)'s)
-            eight = sixteen = None
-        keep, note = wide_decision(summary.range_choice, eight, sixteen)
-        if not keep:
+            ref, eight = None, None
+        sixteen = None
+        wide = None
+        if ref is not None and eight is not None and eight < WIDE_TRY_SQNR_DB:
+            path = os.path.join(tmp, "a16.onnx")
+            wide = quantize_static(
+                model_input, path, data, widened_recipe(recipe, graph), verbose=False, **run_options
+            )
+            assert isinstance(wide, QuantizationSummary)
+            try:
+                sixteen = mean_sqnr_db(ref, run_file(path, feeds))
+            except Exception:
+                sixteen = None
+        keep, note = wide_decision(WIDE_TRY_SQNR_DB if best8 is None else best8, n_feeds, eight, sixteen)
+        if not keep or wide is None:
             summary.notes.append(note)
             return summary
         save(onnx.load(path), model_output)

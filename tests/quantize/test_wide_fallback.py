@@ -19,6 +19,7 @@ from quanta.quantize.range_choice import (
     WIDE_MARGIN_DB,
     WIDE_TRY_SQNR_DB,
     RangeChoice,
+    best_8bit_sqnr,
     wide_candidate,
     wide_decision,
 )
@@ -127,14 +128,36 @@ def test_an_ordinary_graph_is_not_measured_again(tmp_path):
     assert set(q_types(tmp_path / "q.onnx").values()) <= {TensorProto.UINT8, TensorProto.INT8}
 
 
+def test_a_final_8_bit_file_over_the_bar_is_kept_without_a_16_bit_try(tmp_path, monkeypatch):
+    """The candidates that start eq. (27) round weights to nearest and take half the feeds'
+    ranges; when the file written with its final weights and ranges is over the bar, it is
+    kept and no 16-bit file is built."""
+    import quanta.quantize.static as static
+
+    src = tmp_path / "m.onnx"
+    onnx.save(cancelling_model(), src)
+    data = [{"x": f["x"], "z": f["z"] * 1e-3} for f in feeds(8, 1)]
+    calls = []
+    real = static.quantize_static
+    monkeypatch.setattr(static, "wide_candidate", lambda *a: True)
+    monkeypatch.setattr(static, "quantize_static", lambda *a, **k: calls.append(a) or real(*a, **k))
+    s = real(src, tmp_path / "q.onnx", data, verbose=False)
+    note = next(n for n in s.notes if n.startswith("eq. (27)"))
+    assert "the final 8-bit file measures" in note and "so it is kept" in note
+    assert calls == []  # no 16-bit quantization
+    assert set(q_types(tmp_path / "q.onnx").values()) <= {TensorProto.UINT8, TensorProto.INT8}
+
+
 def test_the_decision():
-    r8 = RangeChoice("mse", {"minmax": 0.3, "mse": 0.6}, 4)
-    keep, note = wide_decision(r8, 0.7, 29.0)
-    assert keep and "0.6 dB" in note and "29.0 dB" in note
-    keep, note = wide_decision(r8, 0.7, 0.7 + WIDE_MARGIN_DB - 0.1)
+    keep, note = wide_decision(0.6, 4, 0.7, 29.0)
+    assert keep and "0.6 dB" in note and "29.0 dB" in note and "4 held-out" in note
+    keep, note = wide_decision(0.6, 4, 0.7, 0.7 + WIDE_MARGIN_DB - 0.1)
     assert not keep and "8-bit file is kept" in note
-    keep, note = wide_decision(r8, 0.7, None)
+    keep, note = wide_decision(0.6, 4, 0.7, None)
     assert not keep and "could not be measured" in note
+    keep, note = wide_decision(6.2, 8, WIDE_TRY_SQNR_DB + 16.0, None)
+    assert not keep and "so it is kept" in note
+    r8 = RangeChoice("mse", {"minmax": 0.3, "mse": 0.6}, 4)
     assert wide_candidate(Recipe(), r8)
     assert not wide_candidate(Recipe(), RangeChoice("minmax", {"minmax": WIDE_TRY_SQNR_DB}, 4))
     # the try's bar is the warning's: a file over it (the anomaly U-Net's 8-bit file with its
@@ -148,3 +171,13 @@ def test_the_decision():
     assert not wide_candidate(Recipe(), None)
     assert not wide_candidate(Recipe(activation_type="int16"), r8)
     assert not wide_candidate(Recipe(weight_type="int4"), r8)
+    # eq. (29b) measures after eq. (24), on its winner: a per-tensor depthwise grid that
+    # reaches the bar makes the 8-bit file's estimate (EfficientNet-Lite0 on 16 crops:
+    # per channel 6.2 dB, per tensor 20.2 dB)
+    per_channel = RangeChoice("mse", {"minmax": 5.9, "mse": 6.2}, 8)
+    depthwise = RangeChoice("per_tensor", {"per_tensor": 20.2, "per_channel": 6.2}, 8)
+    assert wide_candidate(Recipe(), per_channel)
+    assert not wide_candidate(Recipe(), per_channel, depthwise)
+    assert wide_candidate(Recipe(), per_channel, None)
+    assert best_8bit_sqnr(per_channel, depthwise) == 20.2
+    assert best_8bit_sqnr(None, RangeChoice("minmax", {}, 1, "too few")) is None
