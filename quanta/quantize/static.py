@@ -945,13 +945,14 @@ def _wider_if_better(
         except Exception:  # a measurement never makes quantization fail (as eq. (24)'s)
             ref, eight = None, None
         sixteen = None
-        wide = None
+        wide: QuantizationSummary | None = None
         if ref is not None and eight is not None and eight < WIDE_TRY_SQNR_DB:
             path = os.path.join(tmp, "a16.onnx")
-            wide = quantize_static(
+            built = quantize_static(
                 model_input, path, data, widened_recipe(recipe, graph), verbose=False, **run_options
             )
-            assert isinstance(wide, QuantizationSummary)
+            assert isinstance(built, QuantizationSummary)
+            wide = built
             try:
                 sixteen = mean_sqnr_db(ref, run_file(path, feeds))
             except Exception:
