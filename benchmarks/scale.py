@@ -44,14 +44,20 @@ calibration folder) and every run reads that folder: a shard travels as its path
 each worker reads its own samples (``--data memory`` sends the feeds with the tasks
 instead).
 
-The driver first builds the job (b: the model's tail cut, the model serialised, the job
-pickled; CPU, timed on a fresh job), which then reaches the N workers by doubling, each
+The driver first builds the job (b: the model's tail cut, the model serialised without
+its weights' data, the job pickled as Ray's serialiser pickles it, protocol 5 with the
+weights' arrays as out-of-band buffers; CPU, timed on a fresh job; the object store's
+copy of the job is not charged, one copy of its bytes either way), which then reaches the
+N workers by doubling, each
 machine that has it serving one more per round (what an object store that serves copies
 from every node allows: J = b + ⌈log₂(N+1)⌉·|job|/bw + latency); nothing starts before J.
 With more than one shard the job leaves out the model's tail (the nodes no observed value
 depends on: ``cut_tail``), and the driver records the value shapes of the data's first
 sample with the whole model (``first_value_shapes``: its CPU, least of 3) in a thread
 while the shards run: charged as driver work from b on, T_N no earlier than its end.
+The same shards are also composed with the job as it travelled before (the weights inside
+the model's bytes: built, sized and prepared here too) and with the whole model's job:
+an A/B inside one run, only the job's terms differ.
 
 Scheduling (docs/scale.md eq. (S4)): the shard tasks are submitted in shard order and
 every worker runs one task at a time; a worker that frees takes the ready task submitted
