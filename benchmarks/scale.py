@@ -55,8 +55,8 @@ With more than one shard the job leaves out the model's tail (the nodes no obser
 depends on: ``cut_tail``), and the driver records the value shapes of the data's first
 sample with the whole model (``first_value_shapes``: its CPU, least of 3) in a thread
 while the shards run: charged as driver work from b on, T_N no earlier than its end.
-The same shards are also composed with the job as it travelled before (the weights inside
-the model's bytes: built, sized and prepared here too) and with the whole model's job:
+The same shards are also composed with the job carrying its weights inside the model's
+bytes (built, sized and prepared here too) and with the whole model's job:
 an A/B inside one run, only the job's terms differ.
 
 Scheduling (docs/scale.md eq. (S4)): the shard tasks are submitted in shard order and
@@ -271,9 +271,9 @@ def _oob_size(blob: bytes, bufs: list[memoryview]) -> int:
 
 
 def _inline_wire(job: _Job) -> _JobWire:
-    """The job as it travelled before its weights were sent apart (the A/B reference of
-    the simulation): the weights inside the model's ONNX bytes, copied into the proto, its
-    serialisation and the pickle of those bytes; pruned as the engine prunes it."""
+    """The job with its weights inside the model's ONNX bytes (the A/B reference of the
+    simulation): the weights copied into the proto, its serialisation and the pickle of
+    those bytes; pruned as the engine prunes it."""
     rest = {f.name: getattr(job, f.name) for f in fields(job) if f.name != "model"}
     proto = to_proto(job.model)
     if job.prune:
@@ -893,8 +893,8 @@ def main(argv: list[str] | None = None) -> int:
         its tail cut first), the pickle as Ray pickles it (out-of-band buffers; a fresh job
         each time: the wire is cached on the job; CPU, least of 3); a worker prepares it
         once (cold cache, CPU, least of 3); a pruned job's driver records the first
-        sample's value shapes (CPU, least of 3). ``inline``: the job as it travelled with
-        its weights inside the model's bytes (the A/B reference)."""
+        sample's value shapes (CPU, least of 3). ``inline``: the job with its weights inside
+        the model's bytes (the A/B reference)."""
         build = math.inf
         for _ in range(3):
             fresh = make_job((), prune)
@@ -940,7 +940,7 @@ def main(argv: list[str] | None = None) -> int:
         f"serialised without its weights' data, the job pickled, {costs[True]['buffers']} arrays out of band; "
         f"{job_bytes / 1e6:.2f} MB; whole: {costs[False]['bytes'] / 1e6:.2f} MB, "
         f"{costs[False]['build'] * 1e3:.1f} ms, prepared in {costs[False]['prep'] * 1e3:.1f} ms; the weights inside "
-        f"the model's bytes, as before: {inline_costs['bytes'] / 1e6:.2f} MB, built in "
+        f"the model's bytes: {inline_costs['bytes'] / 1e6:.2f} MB, built in "
         f"{inline_costs['build'] * 1e3:.1f} ms, prepared in {inline_costs['prep'] * 1e3:.1f} ms) before sending it, "
         f"then records the first sample's value shapes ({costs[True]['shapes'] * 1e3:.1f} ms CPU, in a thread "
         "while the shards run); "
@@ -1038,7 +1038,7 @@ def main(argv: list[str] | None = None) -> int:
                     if jobs[k].prune:
                         # A/B within this run: the same t_i, states and merges, only the
                         # job's terms those of the job with its weights inside the model's
-                        # bytes (as it travelled before), then of the whole model's job
+                        # bytes, then of the whole model's job
                         kept = sim.job_bytes, sim.job_prep, sim.build, sim.shapes_end
                         alts = []
                         for w, shapes_end in ((inline_costs, kept[3]), (costs[False], 0.0)):
