@@ -44,14 +44,20 @@ calibration folder) and every run reads that folder: a shard travels as its path
 each worker reads its own samples (``--data memory`` sends the feeds with the tasks
 instead).
 
-The driver first builds the job (b: the model's tail cut, the model serialised, the job
-pickled; CPU, timed on a fresh job), which then reaches the N workers by doubling, each
+The driver first builds the job (b: the model's tail cut, the model serialised without
+its weights' data, the job pickled as Ray's serialiser pickles it, protocol 5 with the
+weights' arrays as out-of-band buffers; CPU, timed on a fresh job; the object store's
+copy of the job is not charged, one copy of its bytes either way), which then reaches the
+N workers by doubling, each
 machine that has it serving one more per round (what an object store that serves copies
 from every node allows: J = b + ⌈log₂(N+1)⌉·|job|/bw + latency); nothing starts before J.
 With more than one shard the job leaves out the model's tail (the nodes no observed value
 depends on: ``cut_tail``), and the driver records the value shapes of the data's first
 sample with the whole model (``first_value_shapes``: its CPU, least of 3) in a thread
 while the shards run: charged as driver work from b on, T_N no earlier than its end.
+The same shards are also composed with the job carrying its weights inside the model's
+bytes (built, sized and prepared here too) and with the whole model's job:
+an A/B inside one run, only the job's terms differ.
 
 Scheduling (docs/scale.md eq. (S4)): the shard tasks are submitted in shard order and
 every worker runs one task at a time; a worker that frees takes the ready task submitted
@@ -148,7 +154,9 @@ import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+import uuid  # noqa: E402
 from collections.abc import Callable, Iterable  # noqa: E402
+from dataclasses import fields  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -161,6 +169,7 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "real_models"))
 import quanta  # noqa: E402
 from quanta.calibrate.readers import sample_refs  # noqa: E402
 from quanta.calibrate.runner import calibrate  # noqa: E402
+from quanta.ir.onnx_io import to_proto  # noqa: E402
 from quanta.quantize.qdq import bias_correction_inputs, consumer_channel_weights, plan_qdq  # noqa: E402
 from quanta.quantize.recipe import CalibrationMethod, Recipe  # noqa: E402
 from quanta.quantize.static import (  # noqa: E402
@@ -180,6 +189,8 @@ from quanta.scale.calibrate import (  # noqa: E402
     SHARDS_PER_WORKER,
     _for_shards,
     _Job,
+    _JobWire,
+    cut_tail,
     finish_state,
     first_value_shapes,
     join_states,
@@ -245,27 +256,58 @@ def _cpu_delta(before: dict, after: dict) -> tuple[float, float]:
     return workers, system
 
 
-def _cold(job_blob: bytes) -> Callable[[], object]:
+def _oob_dumps(obj: object) -> tuple[bytes, list[memoryview]]:
+    """``obj`` pickled as Ray's serialiser pickles it: protocol 5, its arrays' buffers out
+    of band (copied only into the object store, which the driver pays for the whole job
+    alike, weights inline or apart: not charged)."""
+    bufs: list[pickle.PickleBuffer] = []
+    blob = pickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
+    return blob, [b.raw() for b in bufs]
+
+
+def _oob_size(blob: bytes, bufs: list[memoryview]) -> int:
+    """What crosses a link: the pickle and its out-of-band buffers."""
+    return len(blob) + sum(b.nbytes for b in bufs)
+
+
+def _inline_wire(job: _Job) -> _JobWire:
+    """The job with its weights inside the model's ONNX bytes (the A/B reference of the
+    simulation): the weights copied into the proto, its serialisation and the pickle of
+    those bytes; pruned as the engine prunes it."""
+    rest = {f.name: getattr(job, f.name) for f in fields(job) if f.name != "model"}
+    proto = to_proto(job.model)
+    if job.prune:
+        cut_tail(proto, [*job.tensors, *job.channel_means, *(st.x_name for st in job.stats)])
+    return _JobWire(uuid.uuid4().hex, proto.SerializeToString(), rest)
+
+
+def _cold(job_blob: bytes, bufs: list[memoryview] | None = None) -> Callable[[], object]:
     """A worker's first shard of a job: the job read and prepared with an empty cache."""
 
     def run() -> object:
         _PREPARED.clear()
-        return prepared_job(pickle.loads(job_blob))
+        return prepared_job(pickle.loads(job_blob, buffers=bufs))
 
     return run
 
 
 def _fixed_costs(model, tensors, make, means_for, result) -> dict[str, float]:
     """What one Ray worker adds to the in-process run, each step alone (CPU, least of 5):
-    the job pickled (driver) and read (worker), the whole state pickled (worker) and read
+    the job built and pickled as Ray pickles it (driver: a fresh job each time, its wire
+    is cached on the job) and read (worker), the whole state pickled (worker) and read
     (driver). Ray's own dispatch is the no-op round trip, reported with the simulation."""
-    job = _Job(
-        model=model,
-        tensors=tuple(tensors),
-        prototypes={n: _for_shards(make(n)) for n in tensors},
-        preprocess=None,
-        channel_means=dict(means_for),
-    )
+    prototypes = {n: _for_shards(make(n)) for n in tensors}
+
+    def fresh() -> _Job:
+        return _Job(
+            model=model,
+            tensors=tuple(tensors),
+            prototypes=prototypes,
+            preprocess=None,
+            channel_means=dict(means_for),
+        )
+
+    job = fresh()
     state = ShardState(
         index=0, observers=dict(result), means=result.mean_states, samples=result.samples, stats=[]
     )
@@ -278,11 +320,11 @@ def _fixed_costs(model, tensors, make, means_for, result) -> dict[str, float]:
             best = min(best, time.thread_time() - t)
         return best
 
-    job_blob = pickle.dumps(job, protocol=5)
+    job_blob, job_bufs = _oob_dumps(job)
     state_blob = pickle.dumps(state, protocol=5)
     return {
-        "job pickled": least(lambda: pickle.dumps(job, protocol=5)),
-        "job read and prepared (model built, plan compiled)": least(_cold(job_blob)),
+        "job built and pickled": least(lambda: _oob_dumps(fresh())),
+        "job read and prepared (model built, plan compiled)": least(_cold(job_blob, job_bufs)),
         "state pickled": least(lambda: pickle.dumps(state, protocol=5)),
         "state read": least(lambda: pickle.loads(state_blob)),
     }
@@ -846,37 +888,47 @@ def main(argv: list[str] | None = None) -> int:
             prune=len(starts) > 1 if prune is None else prune,
         )
 
-    def job_costs(prune: bool) -> dict[str, Any]:
+    def job_costs(prune: bool, inline: bool = False) -> dict[str, Any]:
         """The driver builds the job before anything is sent: the model serialised (pruned:
-        its tail cut first), the pickle (a fresh job each time: the wire is cached on the
-        job; CPU, least of 3); a worker prepares it once (cold cache, CPU, least of 3); a
-        pruned job's driver records the first sample's value shapes (CPU, least of 3)."""
+        its tail cut first), the pickle as Ray pickles it (out-of-band buffers; a fresh job
+        each time: the wire is cached on the job; CPU, least of 3); a worker prepares it
+        once (cold cache, CPU, least of 3); a pruned job's driver records the first
+        sample's value shapes (CPU, least of 3). ``inline``: the job with its weights inside
+        the model's bytes (the A/B reference)."""
         build = math.inf
         for _ in range(3):
             fresh = make_job((), prune)
             t = time.thread_time()
-            blob = pickle.dumps(fresh, protocol=5)
+            blob, bufs = _oob_dumps(_inline_wire(fresh) if inline else fresh)
             build = min(build, time.thread_time() - t)
         prep = math.inf
         for _ in range(3):
             _PREPARED.clear()
             t = time.thread_time()
-            prepared_job(pickle.loads(blob))
+            prepared_job(pickle.loads(blob, buffers=bufs))
             prep = min(prep, time.thread_time() - t)
         shapes = math.inf if fresh.wire().pruned else 0.0
         for _ in range(3 if shapes else 0):
             t = time.thread_time()
             first_value_shapes(model, refs[0], None)
             shapes = min(shapes, time.thread_time() - t)
-        return {"build": build, "blob": blob, "bytes": len(blob), "prep": prep, "shapes": shapes}
+        return {
+            "build": build,
+            "blob": (blob, bufs),
+            "bytes": _oob_size(blob, bufs),
+            "prep": prep,
+            "shapes": shapes,
+            "buffers": len(bufs),
+        }
 
     costs = {prune: job_costs(prune) for prune in (True, False)}
-    job_blob = costs[True]["blob"]
+    inline_costs = job_costs(True, inline=True)
+    job_blob, job_bufs = costs[True]["blob"]
     job_build, job_bytes, job_prep = costs[True]["build"], costs[True]["bytes"], costs[True]["prep"]
     warm = math.inf
     for _ in range(5):
         t = time.thread_time()
-        prepared_job(pickle.loads(job_blob))
+        prepared_job(pickle.loads(job_blob, buffers=job_bufs))
         warm = min(warm, time.thread_time() - t)
     gbps = [float(v) for v in args.gbps.split(",")]
     ks = [int(v) for v in str(args.shards_per_worker).split(",")]
@@ -885,8 +937,11 @@ def main(argv: list[str] | None = None) -> int:
     say()
     say(
         f"Simulation: the driver builds the job ({job_build * 1e3:.1f} ms CPU: the model's tail cut, the model "
-        f"serialised, the job pickled; {job_bytes / 1e6:.2f} MB; whole: {costs[False]['bytes'] / 1e6:.2f} MB, "
-        f"{costs[False]['build'] * 1e3:.1f} ms, prepared in {costs[False]['prep'] * 1e3:.1f} ms) before sending it, "
+        f"serialised without its weights' data, the job pickled, {costs[True]['buffers']} arrays out of band; "
+        f"{job_bytes / 1e6:.2f} MB; whole: {costs[False]['bytes'] / 1e6:.2f} MB, "
+        f"{costs[False]['build'] * 1e3:.1f} ms, prepared in {costs[False]['prep'] * 1e3:.1f} ms; the weights inside "
+        f"the model's bytes: {inline_costs['bytes'] / 1e6:.2f} MB, built in "
+        f"{inline_costs['build'] * 1e3:.1f} ms, prepared in {inline_costs['prep'] * 1e3:.1f} ms) before sending it, "
         f"then records the first sample's value shapes ({costs[True]['shapes'] * 1e3:.1f} ms CPU, in a thread "
         "while the shards run); "
         f"a worker prepares the job once ({job_prep * 1e3:.1f} ms CPU: read + model built + plan "
@@ -982,21 +1037,26 @@ def main(argv: list[str] | None = None) -> int:
                     out = sim.reduce_scatter(ts, g * 1e9 / 8)
                     if jobs[k].prune:
                         # A/B within this run: the same t_i, states and merges, only the
-                        # job's terms those of the whole model (no tail cut, no shapes run)
+                        # job's terms those of the job with its weights inside the model's
+                        # bytes, then of the whole model's job
                         kept = sim.job_bytes, sim.job_prep, sim.build, sim.shapes_end
-                        w = costs[False]
-                        sim.job_bytes, sim.job_prep, sim.build, sim.shapes_end = (
-                            w["bytes"],
-                            w["prep"],
-                            w["build"],
-                            0.0,
-                        )
-                        alt = sim.reduce_scatter(ts, g * 1e9 / 8)
+                        alts = []
+                        for w, shapes_end in ((inline_costs, kept[3]), (costs[False], 0.0)):
+                            sim.job_bytes, sim.job_prep, sim.build, sim.shapes_end = (
+                                w["bytes"],
+                                w["prep"],
+                                w["build"],
+                                w["build"] + w["shapes"] if shapes_end else 0.0,
+                            )
+                            alts.append(sim.reduce_scatter(ts, g * 1e9 / 8))
                         sim.job_bytes, sim.job_prep, sim.build, sim.shapes_end = kept
+                        inl, alt = alts
                         whole_job.append(
-                            f"k={k}, {g:g} Gb/s, t_i {label}: T_N {out['T']:.3f} s pruned job "
-                            f"(efficiency {t_in / (n * out['T']):.3f}), {alt['T']:.3f} s whole job "
-                            f"({t_in / (n * alt['T']):.3f}): {(alt['T'] - out['T']) * 1e3:+.1f} ms"
+                            f"k={k}, {g:g} Gb/s, t_i {label}: T_N {out['T']:.3f} s as sent (efficiency "
+                            f"{t_in / (n * out['T']):.3f}), {inl['T']:.3f} s weights inside the model's "
+                            f"bytes ({t_in / (n * inl['T']):.3f}): {(inl['T'] - out['T']) * 1e3:+.1f} ms; "
+                            f"{alt['T']:.3f} s whole model, weights apart ({t_in / (n * alt['T']):.3f}): "
+                            f"{(alt['T'] - out['T']) * 1e3:+.1f} ms"
                         )
                     if label == "flat":
                         flat = out
@@ -1064,7 +1124,10 @@ def main(argv: list[str] | None = None) -> int:
             say(f"  {line}")
         if whole_job:
             say()
-            say("The job pruned (as the engine sends it) against the whole model, in the same compositions:")
+            say(
+                "The job as the engine sends it (pruned, weights apart) against the job with its weights inside "
+                "the model's bytes and against the whole model's job, in the same compositions:"
+            )
             for line in whole_job:
                 say(f"  {line}")
         say()

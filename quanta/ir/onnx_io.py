@@ -52,7 +52,8 @@ import math
 import os
 import secrets
 import stat
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -744,7 +745,12 @@ def value_info_types(graph: onnx.GraphProto) -> dict[str, TensorType]:
     return types
 
 
-def from_proto(proto: onnx.ModelProto, where: str = "model") -> Model:
+def from_proto(
+    proto: onnx.ModelProto, where: str = "model", arrays: Mapping[str, np.ndarray] | None = None
+) -> Model:
+    """The IR of ``proto``. ``arrays``: the data of the initializers of those names, which
+    ``proto`` holds without data (:func:`to_proto`'s ``arrays``); each is used read-only,
+    as an array read from the proto's bytes is, without a copy."""
     g = proto.graph
     types: dict[str, TensorType] = {}
     for vi in [*g.value_info, *g.input, *g.output]:
@@ -758,7 +764,20 @@ def from_proto(proto: onnx.ModelProto, where: str = "model") -> Model:
     graph = Graph(name=g.name or "main", doc=g.doc_string)
     values: dict[str, Value] = {}
     for init in g.initializer:
-        arr = numpy_helper.to_array(init)
+        given = None if arrays is None else arrays.get(init.name)
+        if given is None:
+            arr = numpy_helper.to_array(init)
+        else:
+            if (
+                tuple(given.shape) != tuple(init.dims)
+                or helper.np_dtype_to_tensor_dtype(given.dtype) != init.data_type
+            ):
+                raise ModelLoadError(
+                    f"{where}: the array given for initializer '{init.name}' is {given.dtype} "
+                    f"{tuple(given.shape)}, the model declares {tuple(init.dims)} of type {init.data_type}"
+                )
+            arr = given.view()
+            arr.flags.writeable = False
         v = graph.add_initializer(
             init.name, arr, TensorType(elem_from_onnx(init.data_type), tuple(arr.shape))
         )
@@ -1125,17 +1144,48 @@ def _attr_to_proto(name: str, value: Any, attr_type: int | None) -> AttributePro
     return helper.make_attribute(name, value)
 
 
-def to_proto(model: Model, *, data_limit: int | None = None) -> onnx.ModelProto:
+# The initializer types whose ONNX bytes are the array's own bytes (``from_array``'s
+# raw_data, on a little-endian machine): the ones ``to_proto(arrays=...)`` may leave out.
+_PLAIN_DTYPES = frozenset(
+    np.dtype(t)
+    for t in (
+        np.float16, np.float32, np.float64, np.int8, np.uint8, np.int16, np.uint16,
+        np.int32, np.uint32, np.int64, np.uint64, np.bool_,
+    )
+)  # fmt: skip
+_ARRAY_MIN_BYTES = 4096  # smaller initializers stay in the proto: no buffer of their own
+
+
+def to_proto(
+    model: Model, *, data_limit: int | None = None, arrays: dict[str, np.ndarray] | None = None
+) -> onnx.ModelProto:
     """The ONNX proto of ``model``; quantized values are written as their storage type.
 
     ``data_limit``: initializers of more elements than this are written as typed graph
     inputs without their data (a proto for shape inference only, which reads a weight's
-    type but never its values: writing a ViT's 97 MB of weights cost 0.3 s)."""
+    type but never its values: writing a ViT's 97 MB of weights cost 0.3 s).
+
+    ``arrays``: initializers of a plain numeric type and at least 4 KB are written with
+    their name, type and dims but no data, and their arrays (C-contiguous, not copied
+    where they already are) put in this dict, in initializer order: a proto that
+    :func:`from_proto` reads back with the same dict (``arrays=``) into the same model,
+    for a transport that moves arrays without copying them (pickle protocol 5's
+    out-of-band buffers, Ray's object store) where the weights would otherwise be copied
+    into the proto, its serialisation and the pickle of those bytes."""
     g = model.graph
     init_protos = []
     typed_only = []
+    little = sys.byteorder == "little"
     for name, v in g.initializers.items():
         a = np.asarray(v.const)
+        if arrays is not None and little and a.dtype in _PLAIN_DTYPES and a.nbytes >= _ARRAY_MIN_BYTES:
+            bare = onnx.TensorProto()
+            bare.name = name
+            bare.dims.extend(a.shape)
+            bare.data_type = helper.np_dtype_to_tensor_dtype(a.dtype)
+            init_protos.append(bare)
+            arrays[name] = np.ascontiguousarray(a)
+            continue
         if data_limit is not None and a.size > data_limit:
             try:
                 elem = helper.np_dtype_to_tensor_dtype(a.dtype)

@@ -578,3 +578,47 @@ def test_a_graph_output_declared_without_a_shape_keeps_the_value_info_shape():
     model = from_proto(proto)
     shapes = {v.name: v.type.shape for v in model.graph.values() if v.name == "c"}
     assert shapes == {"c": (1, 7, 7, 9)}
+
+
+def test_to_proto_arrays_leave_the_weights_out_and_from_proto_takes_them_back():
+    """``to_proto(arrays=)`` writes the initializers of a plain type and >= 4 KB with their
+    type and dims but no data and hands their arrays over (not copied); ``from_proto``
+    with those arrays builds the same model (its proto byte-identical to the one written
+    with the data), using each array read-only; an array that does not match its
+    declaration is refused by name."""
+    from quanta.ir.onnx_io import from_proto
+
+    rng = np.random.default_rng(3)
+    big = (rng.standard_normal((17, 7, 3, 3)) * 0.2).astype(np.float32)  # 4284 bytes
+    idx = rng.integers(-5, 9, size=(7, 73)).astype(np.int64)  # 4088 bytes: stays in the bytes
+    small = rng.standard_normal(17).astype(np.float32)
+    g = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+            helper.make_node("Add", ["c", "k"], ["y"], name="add"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 7, 5, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 17, 5, 3])],
+        [
+            numpy_helper.from_array(big, "w"),
+            numpy_helper.from_array(small, "b"),
+            numpy_helper.from_array(idx, "i"),
+            numpy_helper.from_array(np.full((1, 17, 5, 3), 0.5, np.float16).astype(np.float32), "k"),
+        ],
+    )
+    model = load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    whole = to_proto(model).SerializeToString()
+    arrays: dict[str, np.ndarray] = {}
+    bare = to_proto(model, arrays=arrays)
+    assert list(arrays) == ["w"]  # k: 1020 bytes, i: 4088, b: 68
+    assert np.shares_memory(arrays["w"], model.graph.initializers["w"].const)
+    (t,) = [t for t in bare.graph.initializer if t.name == "w"]
+    assert list(t.dims) == [17, 7, 3, 3] and t.data_type == TensorProto.FLOAT and not t.raw_data
+    back = from_proto(bare, "job", arrays=arrays)
+    assert to_proto(back).SerializeToString() == whole
+    assert not back.graph.initializers["w"].const.flags.writeable
+    with pytest.raises(ModelLoadError, match="initializer 'w'"):
+        from_proto(bare, "job", arrays={"w": big.reshape(7, 17, 3, 3)})
+    with pytest.raises(ModelLoadError, match="initializer 'w'"):
+        from_proto(bare, "job", arrays={"w": big.astype(np.float64)})

@@ -620,3 +620,90 @@ def test_a_pruned_job_gives_the_in_process_states_and_value_shapes():
     assert pruned.wire().pruned and not whole.wire().pruned
     assert len(pickle.dumps(pruned)) < len(pickle.dumps(whole)) - 5 * 84 * 4
     assert first_value_shapes(model, ("feed", data[0]), None) == want.value_shapes
+
+
+def _wide_cnn() -> onnx.ModelProto:
+    """Conv(7->17, 3x3, pad 1) -> Relu -> MaxPool 3x3 -> Flatten -> Gemm(153->7): the Conv's
+    and the Gemm's weights pass 4 KB (sent as arrays beside the model's bytes), the
+    biases stay in the bytes."""
+    rng = np.random.default_rng(17)
+    h = onnx.helper
+    inits = [
+        onnx.numpy_helper.from_array((rng.standard_normal((17, 7, 3, 3)) * 0.2).astype(np.float32), "w"),
+        onnx.numpy_helper.from_array((rng.standard_normal(17) * 0.1).astype(np.float32), "b"),
+        onnx.numpy_helper.from_array((rng.standard_normal((7, 153)) * 0.1).astype(np.float32), "fc"),
+        onnx.numpy_helper.from_array(rng.standard_normal(7).astype(np.float32), "fcb"),
+    ]
+    nodes = [
+        h.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+        h.make_node("Relu", ["c"], ["r"], name="relu"),
+        h.make_node("MaxPool", ["r"], ["p"], name="pool", kernel_shape=[3, 3], strides=[3, 3]),
+        h.make_node("Flatten", ["p"], ["f"], name="flat"),
+        h.make_node("Gemm", ["f", "fc", "fcb"], ["y"], name="fc", transB=1),
+    ]
+    g = h.make_graph(
+        nodes,
+        "wide_cnn",
+        [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 7, 9, 11])],
+        [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 7])],
+        inits,
+    )
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+
+
+def test_the_job_sends_its_weights_out_of_band_and_observes_as_one_process():
+    """The job's large weights travel as arrays beside the model's bytes: pickled as Ray
+    pickles (protocol 5, out-of-band buffers) the in-band pickle holds none of their
+    data; the worker's model is the caller's (pruned: without the tail and its weight),
+    byte for byte, built on the buffers as sent (read-only, not copied); shards of that
+    job observe what one process observes, states and channel means alike."""
+    from quanta.calibrate import HistogramObserver, MinMaxObserver
+    from quanta.calibrate.runner import calibrate
+    from quanta.ir.onnx_io import from_proto, load, to_proto
+    from quanta.scale.calibrate import _PREPARED, _Job, cut_tail, merge_states, prepared, run_shard
+
+    model = load(_wide_cnn().SerializeToString())
+    tensors = ("x", "c", "r", "f")
+
+    def make(name):
+        return HistogramObserver(bins=300, axis=1) if name == "c" else MinMaxObserver()
+
+    rng = np.random.default_rng(5)
+    data = [
+        {"x": (rng.standard_normal((1, 7, 9, 11)) * (1 + i % 3) - 0.25).astype(np.float32)} for i in range(11)
+    ]
+    means = {"f": 1, "r": 1}
+    want = calibrate(model, tensors, data, make, progress=False, channel_means=means)
+    runs = split(len(data), 3)
+    for prune in (False, True):
+        job = _Job(
+            model,
+            tensors,
+            {n: make(n) for n in tensors},
+            None,
+            means,
+            (),
+            tuple(r.start for r in runs),
+            prune,
+        )
+        bufs: list[pickle.PickleBuffer] = []
+        blob = pickle.dumps(job, protocol=5, buffer_callback=bufs.append)
+        sent = pickle.loads(blob, buffers=bufs)
+        assert sorted(sent.arrays) == (["w"] if prune else ["fc", "w"])
+        assert len(blob) < 7 * 153 * 4 and sum(memoryview(b).nbytes for b in bufs) >= 17 * 7 * 9 * 4
+        inside = to_proto(model)  # the model's bytes as a job with its weights inside carried them
+        if prune:
+            assert cut_tail(inside, [*tensors, *means])
+        _PREPARED.clear()
+        built = prepared(sent).job.model
+        assert to_proto(built).SerializeToString() == to_proto(from_proto(inside)).SerializeToString()
+        w = built.graph.initializers["w"].const
+        assert np.shares_memory(w, sent.arrays["w"]) and not w.flags.writeable
+        states = [run_shard(sent, (i, [("feed", data[k]) for k in r])) for i, r in enumerate(runs)]
+        got = merge_states(reversed(states))
+        assert {n: o.to_dict() for n, o in got.observers.items()} == {n: o.to_dict() for n, o in want.items()}
+        assert {n: m.to_dict() for n, m in got.means.items()} == {
+            n: m.to_dict() for n, m in want.mean_states.items()
+        }
+        assert got.samples == want.samples == 11
+    _PREPARED.clear()
