@@ -6,7 +6,7 @@ nothing here is a timed test.
 
 quanta runs with ``_native.set_isa("avx2")`` set before anything is packed or compiled
 (weights packed for the ``qgemm_u8s8_s32_6x16c2__avx2`` family, or
-``qgemm_u8s7_s32_5x16c4__avx2`` for 7-bit weights; the AVX2 depthwise and im2col paths). ONNX Runtime runs as it would on an AVX2-only CPU: ``ort_avx2.py`` loads a
+``qgemm_u8s8p_s32_5x16c4__avx2`` for pair-safe (e.g. 7-bit) weights; the AVX2 depthwise and im2col paths). ONNX Runtime runs as it would on an AVX2-only CPU: ``ort_avx2.py`` loads a
 copy of the package whose MLAS platform constructor skips its AVX-VNNI and AVX-512
 blocks (MLAS has no switch for it), so MatMulInteger / QLinearConv / QLinearMatMul run
 MLAS's ``MlasGemmU8S8KernelAvx2`` (``vpmaddubsw``, which saturates; the script prints the

@@ -32,12 +32,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from quanta.kernels import _native
+from quanta.kernels.reference import qgemm as ref_qgemm
 from quanta.kernels.reference.conv_geometry import conv_attrs
 from quanta.kernels.reference.integer_ops import conv_integer
 from quanta.kernels.reference.ms_qlinear_conv import ms_qlinear_conv_op
 from quanta.kernels.reference.qlinear_conv import qlinear_conv
 from quanta.kernels.reference.registry import MS_DOMAIN, OpContext, OpError, get_op
 from quanta.passes.lower.requant_params import float_multiplier
+
+from .test_qgemm_avx2 import pair_safe_codes
 
 ISAS: list[str] = list(_native.supported_isas())  # portable first; always present
 THREADS = (1, 2)
@@ -1374,14 +1377,14 @@ def test_avx2_saturating_pairs(x_shape, w_shape, attrs, why, weights, path, monk
     if "avx2" in ISAS:
         avx2 = kernels[ISAS.index("avx2")]
         if weights == "7-bit" and not avx2.startswith(("qconv_dw", "qconv_direct")):
-            assert avx2.endswith("qgemm_u8s7_s32_5x16c4__avx2"), avx2
+            assert avx2.endswith("qgemm_u8s8p_s32_5x16c4__avx2"), avx2
 
 
 # --------------------------------------------------------------------------------------
 # AVX2 with 7-bit weights: the implicit path on the vpmaddubsw family
 # --------------------------------------------------------------------------------------
 
-SEVEN_BIT_FAMILY = "qgemm_u8s7_s32_5x16c4__avx2"
+PAIR_SAFE_FAMILY = "qgemm_u8s8p_s32_5x16c4__avx2"
 
 
 def seven_bit(case: ConvCase, y_dtype=np.uint8) -> ConvCase:
@@ -1420,7 +1423,7 @@ def expected_avx2_kernel(case: ConvCase) -> str:
     if group == 1 and cg % 4 != 0 and taps > 1 and kw * cg <= 64 and case.w.shape[0] <= 64 and dw == 1:
         return "qconv_direct_u8s8_s32_6x16c2__avx2"
     chunk = kw * cg if dw == 1 and group == 1 else cg
-    return ("qconv_implicit+" if chunk % 4 == 0 else "qconv_im2col+") + SEVEN_BIT_FAMILY
+    return ("qconv_implicit+" if chunk % 4 == 0 else "qconv_im2col+") + PAIR_SAFE_FAMILY
 
 
 # (x shape, w shape, attrs, why): channels 3, 7, 17; K > 258; groups; strides; dilations
@@ -1465,14 +1468,14 @@ def test_avx2_seven_bit_weights_take_the_implicit_path(x_shape, w_shape, attrs, 
 
 @pytest.mark.skipif("avx2" not in ISAS, reason="this CPU does not run avx2")
 def test_avx2_groups_with_different_families_run_im2col():
-    """Each group's weights pack for the family they fit: one group with a w' of 100 (the
-    int16 family) sends the whole convolution to im2col, where every group runs its own
+    """Each group's weights pack for the family they fit: one group with a pair of w' 100,
+    100 (the int16 family) sends the whole convolution to im2col, where every group runs its own
     family; the bytes are the twin's either way."""
     rng = np.random.default_rng(5)
     case = seven_bit(random_case(rng, (1, 8, 7, 7), (6, 4, 3, 4), group=2, pads=[1, 1, 1, 1]))
     assert make_conv(case, "avx2").kernel.startswith("qconv_implicit+")
     w = case.w.copy()
-    w[4, 0, 0, 0] = 100  # group 1
+    w[4, 0:2, 0, 0] = 100  # group 1: its k = 0, 1 (c = 0, 1 of tap 0) pair to 200 > 128
     case = derive_output(ConvCase(case.x, w, case.zx, case.zw, case.sw, case.attrs, case.bias), np.uint8)
     assert make_conv(case, "avx2").kernel.startswith("qconv_im2col+")
     check(case)
@@ -1511,3 +1514,118 @@ def test_avx2_seven_bit_pointwise_nchw_choice(x_shape, w_shape, why, path, monke
         rng = np.random.default_rng(sum(x_shape) + w_shape[0])
         case = seven_bit(random_case(rng, x_shape, w_shape, x_dtype=x_dtype, per_channel=True))
         check(case, isas=("portable", "avx2"))
+
+
+# --------------------------------------------------------------------------------------
+# AVX2 with pair-safe weights: the vpmaddubsw family beyond 7 bits
+# --------------------------------------------------------------------------------------
+
+
+def conv_k_order(w: np.ndarray, group: int) -> np.ndarray:
+    """A convolution's weights [M, Cg, *kernel] as the GEMM's per-group [G, K, Mg], k =
+    (ky·kw + kx)·Cg + c (conv.cc: ONNX Runtime's im2col order (kh, kw, c))."""
+    M, cg = w.shape[:2]
+    taps = math.prod(w.shape[2:])
+    return w.reshape(group, M // group, cg, taps).transpose(0, 3, 2, 1).reshape(group, taps * cg, M // group)
+
+
+def from_k_order(codes: np.ndarray, w_shape: tuple[int, ...]) -> np.ndarray:
+    """conv_k_order's inverse: [G, K, Mg] back to [M, Cg, *kernel]."""
+    group, _, mg = codes.shape
+    cg = w_shape[1]
+    return np.ascontiguousarray(codes.reshape(group, -1, cg, mg).transpose(0, 3, 2, 1).reshape(w_shape))
+
+
+def pair_safe(case: ConvCase, rng: np.random.Generator, y_dtype=np.uint8) -> ConvCase:
+    """The case with w' (w, or w − 128 for uint8 w) up to ±127 / −128 and every pair of
+    the GEMM's K order safe (test_qgemm_avx2.pair_safe_codes), per-channel zero points with
+    0 < |zw'| <= 64 (a K not a multiple of 4 pads with rows of zw', which pair with the last
+    k or with each other), x' = 255 on every other row."""
+    group = case.attrs.get("group", 1)
+    M, cg = case.w.shape[:2]
+    shift = 128 if case.w.dtype == np.uint8 else 0
+    zwp = rng.integers(1, 65, M) * rng.choice([-1, 1], M)
+    K, mg = cg * math.prod(case.w.shape[2:]), M // group
+    codes = np.stack([pair_safe_codes(rng, K, mg, tail=zwp[g * mg : (g + 1) * mg]) for g in range(group)])
+    w = from_k_order(codes, case.w.shape)
+    assert np.array_equal(conv_k_order(w, group), codes)
+    x = case.x.copy()
+    x[..., ::2, :] = np.iinfo(x.dtype).max  # x' = 255
+    new = ConvCase(
+        x,
+        (w + shift).astype(case.w.dtype),
+        case.zx,
+        (zwp + shift).astype(case.w.dtype),
+        case.sw,
+        case.attrs,
+        case.bias,
+    )
+    return derive_output(new, y_dtype)
+
+
+@pytest.mark.skipif("avx2" not in ISAS, reason="this CPU does not run avx2")
+@pytest.mark.parametrize("x_dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("w_dtype", [np.int8, np.uint8])
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "attrs", "why"), SEVEN_BIT_GEMM, ids=[s[3] for s in SEVEN_BIT_GEMM]
+)
+def test_avx2_pair_safe_weights_take_the_vpmaddubsw_family(x_shape, w_shape, attrs, why, x_dtype, w_dtype):
+    """Full-range codes whose pairs in the (kh, kw, c) K order are safe take the
+    vpmaddubsw family on the implicit path (tap chunks of whole k-groups), im2col (9 k:
+    odd K, zw' rows after it) and the 1x1 paths, NCHW and channels_last, bit-exact
+    against the twin with x' = 255 rows next to each other."""
+    del why
+    rng = np.random.default_rng(sum(x_shape) * 5 + sum(w_shape))
+    case = random_case(rng, x_shape, w_shape, x_dtype=x_dtype, w_dtype=w_dtype, per_channel=True, **attrs)
+    case = pair_safe(case, rng)
+    assert np.abs(case.w.astype(np.int32) - (128 if w_dtype == np.uint8 else 0)).max() >= 127
+    want = expected_avx2_kernel(case)
+    kernels = check(case)
+    assert kernels[ISAS.index("avx2")] == want, kernels
+    kernels = check_nhwc(case)
+    if not kernels[ISAS.index("avx2")].startswith("qconv_gemm+"):  # 1x1 uint8 NHWC: a plain GEMM
+        assert kernels[ISAS.index("avx2")] == want, kernels
+
+
+@pytest.mark.skipif("avx2" not in ISAS, reason="this CPU does not run avx2")
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "attrs", "why"), SEVEN_BIT_GEMM, ids=[s[3] for s in SEVEN_BIT_GEMM]
+)
+def test_avx2_one_unsafe_pair_falls_back(x_shape, w_shape, attrs, why):
+    """The same weights with one pair (k = 0, 1 of the last group's last output channel)
+    one code past the bound: that group packs for the int16 family (implicit on an int16
+    image, im2col, or the direct kernel; with several groups the convolution runs im2col,
+    each group on its own family) and the bytes stay the twin's."""
+    del why
+    rng = np.random.default_rng(sum(x_shape) * 3 + sum(w_shape))
+    case = pair_safe(random_case(rng, x_shape, w_shape, per_channel=True, **attrs), rng)
+    group = attrs.get("group", 1)
+    codes = conv_k_order(case.w.astype(np.int64), group)
+    codes[-1, 0:2, -1] = (127, 2)
+    w = from_k_order(codes, w_shape).astype(np.int8)
+    case = derive_output(ConvCase(case.x, w, case.zx, case.zw, case.sw, case.attrs, case.bias), np.uint8)
+    kernels = check(case)
+    if group == 1:
+        assert PAIR_SAFE_FAMILY not in kernels[ISAS.index("avx2")], kernels
+    else:  # the other groups stay pair-safe: mixed families run im2col (the name is group 0's)
+        assert kernels[ISAS.index("avx2")] == "qconv_im2col+" + PAIR_SAFE_FAMILY, kernels
+
+
+@pytest.mark.skipif("avx2" not in ISAS, reason="this CPU does not run avx2")
+def test_avx2_conv_pairs_follow_the_kh_kw_c_order():
+    """A 3x3 convolution over 4 channels whose codes are 127 at c = 1, 2 of every tap: in
+    the (kh, kw, c) order the pairs (c0, c1), (c2, c3) hold one 127 each (safe); in ONNX's
+    (c, kh, kw) order the same tensor pairs taps of one channel, 127 with 127 (unsafe)."""
+    rng = np.random.default_rng(3)
+    case = random_case(rng, (1, 4, 9, 9), (5, 4, 3, 3), pads=[1, 1, 1, 1], per_channel=True)
+    w = np.zeros((5, 4, 3, 3), np.int8)
+    w[:, 1:3] = 127
+    assert ref_qgemm.pairs_fit_int16(conv_k_order(w, 1)[0])
+    assert not ref_qgemm.pairs_fit_int16(np.ascontiguousarray(w.reshape(5, -1).T))  # (c, kh, kw)
+    x = case.x.copy()
+    x[..., ::2, :] = 255
+    zw = np.full(5, 3, np.int8)
+    case = derive_output(ConvCase(x, w, case.zx, zw, case.sw, case.attrs, case.bias), np.uint8)
+    assert make_conv(case, "avx2").kernel == "qconv_implicit+" + PAIR_SAFE_FAMILY
+    check(case)
+    check_nhwc(case)

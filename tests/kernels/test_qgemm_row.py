@@ -1,6 +1,6 @@
 """One-row products on the avx2 7-bit family (``qgemm_row_avx2_narrow``, kernel.h).
 
-A call with M = 1 on weights packed for ``qgemm_u8s7_s32_5x16c4__avx2`` (7-bit weights,
+A call with M = 1 on weights packed for ``qgemm_u8s8p_s32_5x16c4__avx2`` (7-bit weights,
 or any int8 weights packed ``saturating=True`` for ONNX Runtime's pairs, docs/float-ops.md
 (QM1)) sums each panel pair's whole K in registers and runs the tiles' output stage
 inline. The sums are int32 and wrap, so their order changes no bit, and the output stage
@@ -25,7 +25,7 @@ from quanta.kernels.reference.integer_ops import matmul_integer
 
 pytestmark = pytest.mark.skipif("avx2" not in _native.supported_isas(), reason="the 7-bit family is avx2's")
 
-NARROW = "qgemm_u8s7_s32_5x16c4__avx2"
+NARROW = "qgemm_u8s8p_s32_5x16c4__avx2"
 
 
 def _operands(rng: np.random.Generator, k: int, n: int, saturating: bool, x_signed: bool):

@@ -1,7 +1,7 @@
 """ONNX Runtime's saturating u8·s8 pairs (docs/float-ops.md (QM1)) on the native GEMM.
 
 ``pack_weights_s8(..., saturating=True)`` packs int8 weights of any range for the avx2
-``vpmaddubsw`` family (``qgemm_u8s7_s32_5x16c4__avx2``): the pair sums of raw uint8 x and
+``vpmaddubsw`` family (``qgemm_u8s8p_s32_5x16c4__avx2``): the pair sums of raw uint8 x and
 int8 w saturate to int16 as MLAS's ``MlasGemmU8S8KernelAvx2`` (and its GEMV) computes them on
 x86 without VNNI. Twin: reference/integer_ops.py ``matmul_integer(saturating_pairs=True)``
 (the exact sum plus mlas_qconv.saturation_correction). Bit-exact at 1 and 2 threads, odd K
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(
     "avx2" not in _native.supported_isas(), reason="the saturating pairs are the avx2 family's"
 )
 
-NARROW = "qgemm_u8s7_s32_5x16c4__avx2"
+NARROW = "qgemm_u8s8p_s32_5x16c4__avx2"
 
 
 def pair_kinds(x: np.ndarray, w: np.ndarray) -> tuple[int, int]:

@@ -143,9 +143,9 @@ def test_dispatch_table_rows_name_the_kernels_the_library_runs() -> None:
     tunables, and the tuner's candidates only use listed tunables."""
     rows = _native.kernel_table()
     qg = {r["isa"]: r for r in rows if r["op"] == "qgemm" and r["dtype"] == "u8s8->s32"}
-    # the AVX2 7-bit weight family (docs/kernels.md) is its own row, named by the library too
-    narrow = [r for r in rows if r["op"] == "qgemm" and r["dtype"] == "u8s7->s32"]
-    assert [r["isa"] for r in narrow] == ["avx2"] and narrow[0]["kernel"].startswith("qgemm_u8s7_s32_")
+    # the AVX2 pair-safe weight family (docs/kernels.md) is its own row, named by the library too
+    narrow = [r for r in rows if r["op"] == "qgemm" and r["dtype"] == "u8s8p->s32"]
+    assert [r["isa"] for r in narrow] == ["avx2"] and narrow[0]["kernel"].startswith("qgemm_u8s8p_s32_")
     assert set(qg) == {"portable", "avx2", "avx512vnni"}
     for isa in ISAS:
         assert _native.qgemm_kernel_name(isa) == qg[isa]["kernel"]

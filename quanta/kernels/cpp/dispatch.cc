@@ -91,7 +91,7 @@ const std::vector<KernelRow>& kernel_table() {
        "qgemm_u8s8_s32_4x16c4__portable",
        {"mc", "nc", "kc", "prefetch_a", nullptr}},
       {"qgemm", "u8s8->s32", Isa::kAvx2, "qgemm_u8s8_s32_6x16c2__avx2", {"mc", "nc", "kc", "prefetch_a", nullptr}},
-      {"qgemm", "u8s7->s32", Isa::kAvx2, "qgemm_u8s7_s32_5x16c4__avx2", {"mc", "nc", "kc", "prefetch_a", nullptr}},
+      {"qgemm", "u8s8p->s32", Isa::kAvx2, "qgemm_u8s8p_s32_5x16c4__avx2", {"mc", "nc", "kc", "prefetch_a", nullptr}},
       {"qgemm",
        "u8s8->s32",
        Isa::kAvx512Vnni,

@@ -49,9 +49,14 @@ __all__ = [
     "accumulate_folded",
     "accumulate_loop",
     "output_stage",
+    "pairs_fit_int16",
     "qgemm",
     "qgemm_loop",
 ]
+
+# The largest sum of one sign's w' codes a vpmaddubsw pair holds exactly for every uint8
+# x' (docs/kernels.md eq. (K2); kernel.h kPairCodeBound).
+PAIR_CODE_BOUND = 128
 
 _OUT_DTYPES = (np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.int32), np.dtype(np.float32))
 
@@ -169,6 +174,34 @@ def accumulate_folded(
     zx_term = _wrap_int32(zxp * cs.astype(np.int64))  # zx'·cs (a column constant for a scalar zx)
     zw_term = _wrap_int32(zwp * rowsum[..., None].astype(np.int64))  # zw'·Σ x'
     return _wrap_int32(product.astype(np.int64) + b - zx_term - zw_term)
+
+
+def pairs_fit_int16(w: np.ndarray) -> bool:
+    """Whether the avx2 pair-safe family (``qgemm_u8s8p_s32_5x16c4__avx2``) computes
+    ``Σ_k x'·w'`` of w [K, N] exactly: twin of ``pack.cc::weights_pairs_fit_int16``.
+
+    ``vpmaddubsw`` adds ``x'[2j]·w'[2j, n] + x'[2j+1]·w'[2j+1, n]`` in a saturating int16
+    (k paired from 0 in w's own K order; a lone last k pairs with the packing's 0). With
+    x' in [0, 255] the pair lies in ``[−255·Q, 255·P]``, P the sum of its positive w', Q the
+    sum of its negative w' magnitudes (docs/kernels.md eq. (K1)), so it is exact for every
+    x' iff ``P <= 128`` and ``Q <= 128`` (eq. (K2): 255·128 = 32640 <= 32767, 255·129 >
+    32768). w' = w for int8 w and w − 128 for uint8 w; the zero points do not enter (the
+    kernels add their terms in int32, eq. (5)).
+
+    >>> pairs_fit_int16(np.array([[127], [1]], np.int8)), pairs_fit_int16(np.array([[127], [2]], np.int8))
+    (True, False)
+    >>> pairs_fit_int16(np.array([[-128], [0], [-128]], np.int8))  # k = 2 pairs with the padding
+    True
+    """
+    w = np.asarray(w)
+    if w.dtype not in (np.uint8, np.int8) or w.ndim != 2:
+        raise TypeError(f"w: expected int8 or uint8 [K, N], got {w.dtype} of shape {w.shape}")
+    wp = w.astype(np.int64) - (128 if w.dtype == np.uint8 else 0)
+    wp = np.pad(wp, ((0, wp.shape[0] % 2), (0, 0)))  # the packing's zero after an odd K
+    pairs = wp.reshape(-1, 2, wp.shape[1])
+    positive = np.maximum(pairs, 0).sum(axis=1)
+    negative = np.maximum(-pairs, 0).sum(axis=1)
+    return bool(positive.max(initial=0) <= PAIR_CODE_BOUND and negative.max(initial=0) <= PAIR_CODE_BOUND)
 
 
 def output_stage(

@@ -55,7 +55,7 @@ constexpr int64_t kImplicitRows = 128;
 // packed x per unit
 constexpr int64_t kPointwisePixels = 256;
 constexpr int64_t kPointwiseUnitBytes = 512 * 1024;
-// avx2, 7-bit weights: from this many output channels the implicit path instead
+// avx2, pair-safe weights: from this many output channels the implicit path instead
 // (QConv::pointwise_nchw)
 constexpr int64_t kPointwiseImplicitMinM = 64;
 // B budget of one tile call: whole tap chunks up to 48 KiB of packed weights (the L1 of
@@ -505,9 +505,9 @@ bool QConv::pointwise_nchw(const Geometry& geo) const {
     if (std::strcmp(e, "gemm") == 0) return true;
     if (std::strcmp(e, "transposed") == 0) return false;
   }
-  // avx2 with 7-bit weights (implicit_path() there means the vpmaddubsw family): this
+  // avx2 with pair-safe weights (implicit_path() there means the vpmaddubsw family): this
   // path's GEMM packs x as its B, and activations take the int16 family, while the
-  // implicit path runs the weights' 7-bit family (a 1.27x faster k-step). Measured, one
+  // implicit path runs the weights' pair-safe family (a 1.27x faster k-step). Measured, one
   // thread, 56x56 / 28x28 ResNet-50 1x1 layers 256 -> 64 and 512 -> 128: 1.51x -> 1.23x and
   // 1.38x -> 1.12x ONNX Runtime's time; MobileNet's 96 -> 24 at 56x56 (two 16-column
   // panels for 24 channels) 1.41x -> 1.49x, so from kPointwiseImplicitMinM outputs.

@@ -32,11 +32,14 @@ using PortableLayout = FixedKernelLayout<4, 16, 4, int8_t, uint8_t>;
 // |x'0·w0 + x'1·w1| <= 2·255·128 < 2^31. (vpmaddubsw would saturate its int16 pair sums
 // at 2·255·127 > 2^15 − 1.)
 using Avx2Layout = FixedKernelLayout<6, 16, 2, int8_t, int16_t>;
-// qgemm_u8s7_s32_5x16c4__avx2: weights whose every w' is in [-64, 64] (7-bit weights,
-// Recipe.weight_bits = 7), packed instead of the family above when the avx2 weights allow
-// it (PackedWeights::narrow): vpmaddubsw + vpmaddwd(1) + vpaddd, 4 k per x' broadcast,
-// exact because |x'0·w0 + x'1·w1| <= 2·255·64 = 32640 fits the int16 that vpmaddubsw
-// saturates to. Same data layout as the portable family (int8 groups of 4, uint8 x').
+// qgemm_u8s8p_s32_5x16c4__avx2: weights whose every pair of w' (k = 2j, 2j + 1) sums to
+// at most 128 in its positive codes and in its negative codes' magnitudes
+// (weights_pairs_fit_int16; Recipe.weight_bits = 7 gives [-64, 64], which always fits),
+// packed instead of the family above when the avx2 weights allow it
+// (PackedWeights::narrow): vpmaddubsw + vpmaddwd(1) + vpaddd, 4 k per x' broadcast, exact
+// because x'0·w0 + x'1·w1 is then in [−255·128, 255·128] = [−32640, 32640], inside the int16
+// that vpmaddubsw saturates to (docs/kernels.md eq. (K1)-(K2)). Same data layout as the
+// portable family (int8 groups of 4, uint8 x').
 using Avx2NarrowLayout = FixedKernelLayout<5, 16, 4, int8_t, uint8_t>;
 // qgemm_u8s8_s32_12x32c4__avx512vnni: vpdpbusd, 12 rows x 2 zmm of int32 accumulators.
 using Avx512VnniLayout = FixedKernelLayout<12, 32, 4, int8_t, uint8_t>;
@@ -131,12 +134,16 @@ struct KernelFamily {
   int mr_indirect;
 };
 const KernelFamily& kernel_family(Isa isa);
-// The family the weights were packed for: kernel_family(w.isa), or the avx2 7-bit family
-// for PackedWeights::narrow.
+// The family the weights were packed for: kernel_family(w.isa), or the avx2 pair-safe
+// family for PackedWeights::narrow.
 const KernelFamily& kernel_family(const PackedWeights& w);
-// Whether every w' (w, or w − 128 for uint8 w) of w [K, N] (row stride `stride`) is in
-// [-64, 64], so that the avx2 7-bit family computes it exactly.
-bool weights_fit_7_bits(const void* w, bool w_unsigned, int64_t K, int64_t N, int64_t stride);
+// The largest sum of one sign's codes a vpmaddubsw pair may hold exactly: 255·128 =
+// 32640 <= 32767, 255·129 > 32768 (docs/kernels.md eq. (K2)).
+constexpr int32_t kPairCodeBound = 128;
+// Whether every pair (k = 2j, 2j + 1) of w' (w, or w − 128 for uint8 w) of w [K, N] (row
+// stride `stride`) holds at most kPairCodeBound in its positive codes and in its negative
+// codes' magnitudes, so that the avx2 pair-safe family computes it exactly.
+bool weights_pairs_fit_int16(const void* w, bool w_unsigned, int64_t K, int64_t N, int64_t stride);
 
 // Activation packing (pack.cc): rows [m_begin, m_end) of x -> x' rows of Kp elements
 // (x' = x for uint8, x ^ 0x80 = x + 128 for int8; zeros in [K, Kp)).
@@ -154,7 +161,7 @@ void activation_row_sums(const void* x, int64_t x_row_stride, bool x_signed, int
 void qgemm_tiles_portable(const TileArgs& t);
 void qgemm_tiles_avx2(const TileArgs& t);
 void qgemm_tiles_avx2_narrow(const TileArgs& t);
-// One row (M = 1) on the avx2 7-bit family's panels [pb, pe): x' a [Kp] (zeros in [K, Kp)),
+// One row (M = 1) on the avx2 pair-safe family's panels [pb, pe): x' a [Kp] (zeros in [K, Kp)),
 // the panels' whole K summed in registers, two panels per pass, and e's output stage for
 // row 0 (fold_row, then finish_vector's operations; kF32 inline). The sums are
 // tile<1, true>'s in int32 (wrapping, so the order of the terms does not change a bit), and

@@ -69,7 +69,7 @@ std::shared_ptr<PackedWeights> pack_weights(const void* w, bool w_unsigned, int6
   }
   auto pw = std::make_shared<PackedWeights>();
   pw->isa = isa;
-  pw->narrow = isa == Isa::kAvx2 && (saturating || weights_fit_7_bits(w, w_unsigned, K, N, w_row_stride));
+  pw->narrow = isa == Isa::kAvx2 && (saturating || weights_pairs_fit_int16(w, w_unsigned, K, N, w_row_stride));
   const KernelFamily& li = kernel_family(*pw);
   pw->nr = li.nr;
   pw->kr = li.kr;
@@ -107,12 +107,23 @@ std::shared_ptr<PackedWeights> pack_weights(const void* w, bool w_unsigned, int6
   return pw;
 }
 
-bool weights_fit_7_bits(const void* w, bool w_unsigned, int64_t K, int64_t N, int64_t stride) {
-  for (int64_t k = 0; k < K; ++k) {
+// docs/kernels.md eq. (K1)-(K2): with x' in [0, 255], the pair (w'[2j, n], w'[2j + 1, n])
+// sums to at most 255·P and at least −255·Q in vpmaddubsw's int16 (P: its positive w',
+// Q: its negative w' magnitudes), so it is exact iff P <= 128 and Q <= 128. Pairs are
+// k = 2j, 2j + 1 of w's own K order: the packed groups of 4 k hold two pairs each, every
+// K chunk, tap chunk and the one-row kernel start on a group, and k = K (K odd) is the
+// packing's zero (a lone w' is always safe: |w'| <= 128).
+bool weights_pairs_fit_int16(const void* w, bool w_unsigned, int64_t K, int64_t N, int64_t stride) {
+  const auto at = [&](int64_t k, int64_t n) {
+    return w_unsigned ? static_cast<int32_t>(static_cast<const uint8_t*>(w)[k * stride + n]) - 128
+                      : static_cast<int32_t>(static_cast<const int8_t*>(w)[k * stride + n]);
+  };
+  for (int64_t k = 0; k + 1 < K; k += 2) {
     for (int64_t n = 0; n < N; ++n) {
-      const int32_t v = w_unsigned ? static_cast<int32_t>(static_cast<const uint8_t*>(w)[k * stride + n]) - 128
-                                   : static_cast<int32_t>(static_cast<const int8_t*>(w)[k * stride + n]);
-      if (v < -64 || v > 64) return false;
+      const int32_t a = at(k, n), b = at(k + 1, n);
+      const int32_t positive = (a > 0 ? a : 0) + (b > 0 ? b : 0);
+      const int32_t negative = (a < 0 ? -a : 0) + (b < 0 ? -b : 0);
+      if (positive > kPairCodeBound || negative > kPairCodeBound) return false;
     }
   }
   return true;

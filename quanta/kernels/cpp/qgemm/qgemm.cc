@@ -68,7 +68,7 @@ constexpr int64_t kMcBytes = 256 * 1024;
 // blocks there were 3 % slower). Otherwise B streams from L3 anyway and the large block
 // amortises it best (512 x 1024 x 4096: 32-row blocks ran at 60 % of the 64-row speed).
 // A family with row_tiles_outer takes MC = MR instead when the task's B fits
-// (row_tiles_outer_bytes: kL2Bytes for avx512vnni, the core's L2 for the avx2 7-bit one):
+// (row_tiles_outer_bytes: kL2Bytes for avx512vnni, the core's L2 for the avx2 pair-safe one):
 // each row tile's x' stays in L1 across the task's panels, B streams from L2, and the
 // tile's output rows are written left to right, a few pages at a time (1024^3, one thread,
 // 12 x 32 tile: ~+2 % over MC = 96; the 4 x 16 avx2 tile lost 10 % that way).
@@ -102,7 +102,7 @@ size_t align64(size_t v) { return (v + 63) / 64 * 64; }
 
 // The B a task may have for a row_tiles_outer family to run its row tiles outer: B must
 // stream from L2. The avx512vnni family keeps kL2Bytes (measured on cores with a 2 MiB
-// L2); the avx2 7-bit family takes 3/4 of the running core's L2: on Zen 3 (512 KiB) a
+// L2); the avx2 pair-safe family takes 3/4 of the running core's L2: on Zen 3 (512 KiB) a
 // 1024 x 1024 B streams from L3 that way, and 100-row blocks with B chunks in L1 ran ~2 %
 // faster (1024^3, 256 x 1024 x 1024, 128 x 768 x 768; one thread).
 int64_t row_tiles_outer_bytes(const KernelFamily& f) {
@@ -426,7 +426,7 @@ const KernelFamily& kernel_family(const PackedWeights& w) {
   // ONNX Runtime's AVX2 time; on a smaller L2 only for a smaller B, row_tiles_outer_bytes);
   // the 6-row int16 family measured no better that way (1.41x -> 1.27-1.48x).
   static const KernelFamily kAvx2Narrow = family_of<Avx2NarrowLayout>(
-      Isa::kAvx2, select_kernel("qgemm", "u8s7->s32", Isa::kAvx2)->kernel, qgemm_tiles_avx2_narrow, true);
+      Isa::kAvx2, select_kernel("qgemm", "u8s8p->s32", Isa::kAvx2)->kernel, qgemm_tiles_avx2_narrow, true);
   return w.narrow && w.isa == Isa::kAvx2 ? kAvx2Narrow : kernel_family(w.isa);
 }
 
@@ -517,7 +517,7 @@ void qgemm(const QGemmParams& p, Workspace& workspace) {
   }
   if (pl.rowsums) activation_row_sums(p.x, p.x_row_stride, p.x_signed, pl.K, 0, pl.M, rowsum);
 
-  // One row on the avx2 7-bit family (a recurrent step's GEMV, a decoder's one-token
+  // One row on the avx2 pair-safe family (a recurrent step's GEMV, a decoder's one-token
   // products): the whole K per panel pair in registers (kernel.h qgemm_row_avx2_narrow),
   // the same sums and output stage as the tiles below, so the same bytes; threads split
   // the panels in the units of the plan (split_n: M = 1 is one row group).

@@ -136,7 +136,8 @@ struct PackedWeights {
   bool weights_unsigned = false;  // packed from uint8 weights (w' = w − 128)
   bool has_zero_point = false;    // some zw'[n] != 0: the row-sum term is needed
   // avx2 only: packed for the vpmaddubsw family (kernel.h Avx2NarrowLayout) instead of
-  // the int16-product one: every w' in [-64, 64] (7-bit weights, exact there), or asked
+  // the int16-product one: every pair of w' fits vpmaddubsw's int16 (kernel.h
+  // weights_pairs_fit_int16; 7-bit weights always do), so it is exact there, or asked
   // for by pack_weights' `saturating`
   bool narrow = false;
   AlignedBuffer data;

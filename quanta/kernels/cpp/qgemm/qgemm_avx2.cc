@@ -128,8 +128,9 @@ __attribute__((always_inline)) inline void k_loop_wide(const TileArgs& t, int64_
   }
 }
 
-// Narrow (Avx2NarrowLayout, every w' in [-64, 64]): 4 k of uint8 x' per broadcast,
-// vpmaddubsw (exact: pair sums <= 2·255·64 < 2^15), vpmaddwd by 1 to int32 per column.
+// Narrow (Avx2NarrowLayout, pair-safe w': weights_pairs_fit_int16): 4 k of uint8 x' per
+// broadcast, vpmaddubsw (exact: |pair sum| <= 255·128 < 2^15), vpmaddwd by 1 to int32 per
+// column.
 template <int MR>
 __attribute__((always_inline)) inline void k_step_narrow(const uint8_t* const* rows, int64_t k, const int8_t* b,
                                                          __m256i ones, __m256i* c0, __m256i* c1) {
@@ -382,7 +383,7 @@ void qgemm_row_avx2_narrow(const uint8_t* a, int64_t Kp, const uint8_t* w_panels
   }
 }
 
-// The 7-bit family reads uint8 x' in place, so it also serves the implicit convolution's
+// The pair-safe family reads uint8 x' in place, so it also serves the implicit convolution's
 // indirect rows (TileArgs::a_rows) over the padded NHWC image of uint8 x'.
 void qgemm_tiles_avx2_narrow(const TileArgs& t) {
   if (t.a_rows) {
