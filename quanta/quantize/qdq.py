@@ -226,6 +226,12 @@ SHAPE_ONLY_REASON = (
 )
 
 
+#: a view or Gather of a constant table at positions from the shape (a learned position
+#: table sliced or gathered to the sequence's length) keeps the table's own plan: an
+#: 8-bit embedding, or a view of the constant
+TABLE_VIEWS = VIEW_OPS | {"Gather"}
+
+
 def shape_only_values(graph: Graph) -> set[int]:
     """ids of the values of ``graph`` computed from input shapes and constants alone:
     a Shape / Size output, and the output of a node (without subgraphs) whose inputs are
@@ -289,9 +295,8 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
             node.outputs
             and all(o is None or id(o) in shape_only for o in node.outputs)
             and any(_is_float(o) for o in node.outputs if o is not None)
-            and not (node.op_type == "Gather" and table is not None and table.is_const)
+            and not (node.op_type in TABLE_VIEWS and table is not None and table.is_const)
         ):
-            # a Gather of a constant table (positions from the shape) stays an embedding
             return SHAPE_ONLY_REASON
         if node.op_type == "Pad":
             return _pad_reason(node)

@@ -26,8 +26,8 @@ BASIS_NODES = {"col", "row", "outer", "angle", "basis"}
 
 def dft_proto() -> onnx.ModelProto:
     """x [1, n] (n dynamic) -> y = [cos; sin](2π k j / n) @ x^T [2n, 1], the basis built
-    from Shape(x) as tf2onnx writes it, plus a learned position table Gathered by
-    Range(0, n) and added to x (an embedding: it stays int8)."""
+    from Shape(x) as tf2onnx writes it; x plus a learned position table Gathered by
+    Range(0, n) (an embedding: it stays int8) and a table Sliced to n (a view of it)."""
     rng = np.random.default_rng(7)
     inits = [
         numpy_helper.from_array(np.array(1, np.int64), "one_i"),
@@ -38,6 +38,8 @@ def dft_proto() -> onnx.ModelProto:
         numpy_helper.from_array(np.array([1, -1], np.int64), "row_shape"),
         numpy_helper.from_array(np.array(2 * np.pi, np.float32), "two_pi"),
         numpy_helper.from_array((rng.standard_normal((512, 1)) * 0.7 + 0.2).astype(np.float32), "pos_table"),
+        numpy_helper.from_array((rng.standard_normal((512, 1)) * 0.3 - 0.1).astype(np.float32), "bias_table"),
+        numpy_helper.from_array(np.array([0], np.int64), "start0"),
     ]
     nodes = [
         helper.make_node("Shape", ["x"], ["s"], name="shape"),
@@ -61,7 +63,9 @@ def dft_proto() -> onnx.ModelProto:
         helper.make_node("Gather", ["pos_table", "pos"], ["pe"], axis=0, name="pos_embed"),
         helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0], name="xt"),
         helper.make_node("Add", ["xt", "pe"], ["xp"], name="add_pos"),
-        helper.make_node("MatMul", ["b", "xp"], ["y"], name="dft"),
+        helper.make_node("Slice", ["bias_table", "start0", "n1", "axes0"], ["sb"], name="slice_bias"),
+        helper.make_node("Add", ["xp", "sb"], ["xq"], name="add_bias"),
+        helper.make_node("MatMul", ["b", "xq"], ["y"], name="dft"),
     ]
     g = helper.make_graph(
         nodes,
@@ -85,9 +89,9 @@ def _feeds(seed: int, count: int) -> list[dict[str, np.ndarray]]:
 
 
 def _reference(proto: onnx.ModelProto, feed: dict[str, np.ndarray]) -> np.ndarray:
-    """The DFT of x + pos in float64."""
-    table = numpy_helper.to_array(next(i for i in proto.graph.initializer if i.name == "pos_table"))
-    x = feed["x"][0].astype(np.float64) + table[:N, 0].astype(np.float64)
+    """The DFT of x + the two tables' rows in float64."""
+    tables = {i.name: numpy_helper.to_array(i).astype(np.float64) for i in proto.graph.initializer}
+    x = feed["x"][0].astype(np.float64) + tables["pos_table"][:N, 0] + tables["bias_table"][:N, 0]
     kj = np.outer(np.arange(N), np.arange(N)) * (2 * np.pi / N)
     return np.concatenate([np.cos(kj), np.sin(kj)]) @ x[:, None]
 
@@ -96,14 +100,14 @@ def test_the_plan_leaves_values_fixed_by_shapes_float():
     model = from_proto(onnx.shape_inference.infer_shapes(dft_proto()))
     fixed = shape_only_values(model.graph)
     names = {v.name for n in model.graph.nodes for v in n.outputs if id(v) in fixed}
-    assert {"s", "n", "k", "kj", "a", "c", "sn", "b", "pos", "pe"} <= names
-    assert not names & {"x", "xt", "xp", "y"}  # read from the signal
+    assert {"s", "n", "k", "kj", "a", "c", "sn", "b", "pos", "pe", "sb"} <= names
+    assert not names & {"x", "xt", "xp", "xq", "y"}  # read from the signal
     plan = plan_qdq(model.graph, quanta.Recipe())
     refused = {d.node.name: d.reason for d in plan.decisions if not d.quantize}
     assert BASIS_NODES <= refused.keys()
     assert {refused[n] for n in BASIS_NODES} == {SHAPE_ONLY_REASON}
     done = {d.node.name for d in plan.decisions if d.quantize}
-    assert {"dft", "pos_embed", "add_pos"} <= done
+    assert {"dft", "pos_embed", "add_pos", "slice_bias", "add_bias"} <= done
 
 
 def test_a_dft_basis_built_from_the_shape_keeps_its_exact_angles(tmp_path):
