@@ -32,7 +32,8 @@ Roles of a node's operands (``OP_ROLES``):
   the product, and leave two integer ops where one table does.
 
 Tensors that are not float, whose range is degenerate (NaN, +-inf, |x| >= 1e9 masks, all
-zero) or that the recipe excludes stay float; the nodes that needed them stay float too
+zero), that are computed from input shapes and constants alone (a table fixed per shape,
+``shape_only_values``) or that the recipe excludes stay float; the nodes that needed them stay float too
 and the summary says why.
 """
 
@@ -43,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import onnx
 
 from quanta.calibrate.observer import is_degenerate
 from quanta.ir.graph import Graph, Node, Value
@@ -214,12 +216,59 @@ def _typed_by_override(v: Value, recipe: Recipe) -> bool:
     return ov is not None and ov.dtype is not None
 
 
+#: ops whose output depends on their input's shape only, not on its values
+SHAPE_OPS = frozenset({"Shape", "Size"})
+
+#: why a node computed from input shapes and constants alone stays float
+SHAPE_ONLY_REASON = (
+    "computed from input shapes and constants only (an index, window or DFT-basis table "
+    "fixed per shape): quantizing it rounds values the graph needs exact and saves no time"
+)
+
+
+#: a view or Gather of a constant table at positions from the shape (a learned position
+#: table sliced or gathered to the sequence's length) keeps the table's own plan: an
+#: 8-bit embedding, or a view of the constant
+TABLE_VIEWS = VIEW_OPS | {"Gather"}
+
+
+def shape_only_values(graph: Graph) -> set[int]:
+    """ids of the values of ``graph`` computed from input shapes and constants alone:
+    a Shape / Size output, and the output of a node (without subgraphs) whose inputs are
+    all constants or such values, at least one of them such a value. A value read from
+    outside the graph (a graph input, an outer scope's value) is data. A DFT basis a
+    graph builds from its input's length (Range / CumSum indices, their outer product,
+    Sin / Cos of it) is one: 8-bit codes of indices up to N and angles up to N² wreck it
+    (docs/passes.md, "Values fixed by shapes")."""
+    fixed: set[int] = set()
+    for node in graph.nodes:  # topological: a producer comes before its consumers
+        if node.op_type in SHAPE_OPS:
+            fixed.update(id(o) for o in node.outputs if o is not None)
+            continue
+        if _reads_subgraph(node):
+            continue
+        ins = [v for v in node.inputs if v is not None]
+        if ins and all(v.is_const or id(v) in fixed for v in ins) and any(id(v) in fixed for v in ins):
+            fixed.update(id(o) for o in node.outputs if o is not None)
+    return fixed
+
+
+def _reads_subgraph(node: Node) -> bool:
+    """If / Loop / Scan: their bodies may read outer values that are no input of theirs."""
+    return any(
+        isinstance(v, onnx.GraphProto)
+        or (isinstance(v, list) and any(isinstance(g, onnx.GraphProto) for g in v))
+        for v in node.attrs.values()
+    )
+
+
 def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
     """Decide per node and per tensor (module docstring). No graph changes."""
     plan = QdqPlan()
     act_storage = recipe.activation_storage
     w_storage = recipe.weight_storage
     output_ids = {id(v) for v in graph.outputs}
+    shape_only = shape_only_values(graph)
 
     def want_activation(v: Value) -> str | None:
         if not _is_float(v):
@@ -241,6 +290,14 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
             return f"{node.op_type} is not in the quantized op types"
         if recipe.excludes(node):
             return "excluded by the recipe"
+        table = node.input(0)
+        if (
+            node.outputs
+            and all(o is None or id(o) in shape_only for o in node.outputs)
+            and any(_is_float(o) for o in node.outputs if o is not None)
+            and not (node.op_type in TABLE_VIEWS and table is not None and table.is_const)
+        ):
+            return SHAPE_ONLY_REASON
         if node.op_type == "Pad":
             return _pad_reason(node)
         if node.op_type == "AveragePool" and any(int(d) != 1 for d in node.attrs.get("dilations", ())):
