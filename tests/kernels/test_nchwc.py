@@ -669,3 +669,49 @@ def test_narrow_rows_give_the_pair_and_tile_bytes(
     assert "portable" in ISAS
     assert len(set(outs.values())) == 1, list(outs)
     check_conv(2, c, h, w, m, *k, strides, dilations, pads, input_nchw=input_nchw, lo=0.0, post=post)
+
+
+@pytest.mark.parametrize(
+    "n,c,m,h,w,input_nchw,post,sum_",
+    [
+        (1, 17, 33, 13, 13, False, "", False),  # 169 pixels: no divisor widens the rows
+        (2, 7, 48, 7, 7, False, "SiLU", False),  # 49 pixels, 2 + 1 output blocks
+        (1, 290, 17, 13, 13, False, "", True),  # K = 290: 2 input passes through y, the sum operand
+        (1, 33, 80, 11, 5, False, "HardSwish", False),  # 4 + 1 blocks, 55 pixels
+        (2, 3, 7, 26, 26, False, "", False),  # widened rows (4 of 169), items of several rows
+        (1, 3, 32, 9, 9, True, "", False),  # plain input planes (a stem's lane stride)
+        (1, 17, 17, 3, 2, False, "SiLU", True),  # 6 pixels, rows of 2 (no row tile)
+        (1, 7, 17, 11, 1, False, "", False),  # one column: the 1 x 11 twin
+    ],
+)
+def test_pointwise_items_run_as_one_line(n, c, m, h, w, input_nchw, post, sum_) -> None:
+    """A 1x1 convolution of stride 1 without pads runs an item's rows as one line of
+    pixels (AVX2 and AVX-512 tiles of several pixels; the portable kernels' one-pixel tiles
+    state the order): each output's chain is (input channel block, lane), then bias, sum,
+    clamp and post op, wherever a tile starts, so every ISA and thread count gives the same
+    bytes, within (FG1) of float64. A tile that ran past a row into the wrong pixels, or a
+    line that missed the last row's tail, moves those outputs far outside the bound; x's
+    pad lanes hold 3.0 and must not be read."""
+    rng = np.random.default_rng(c * m + h * w)
+    x = normal(rng, n, c, h, w)
+    x5 = x if input_nchw else twin.to_nchwc(x)
+    if not input_nchw:
+        x5[:, -1, ..., c - (twin.blocks(c) - 1) * 16 :] = 3.0
+    wt, b = normal(rng, m, c, 1, 1), normal(rng, m)
+    packed = _native.conv_nchwc_pack_f32(wt, 1, input_nchw)
+    kind, params = POSTS[post]
+    s = normal(rng, n, twin.blocks(m), h, w, 16) if sum_ else None
+    outs = {}
+
+    def run(isa: str) -> None:
+        for threads in (1, 2):
+            y = _native.conv_nchwc_f32(
+                x5, packed, b, m, c, 1, 1, [1, 1], [1, 1], [0, 0, 0, 0], 1, -1.5, INF, threads,
+                None, kind, params, input_nchw, s,
+            )  # fmt: skip
+            outs[isa, threads] = y.tobytes()
+
+    every_isa(run)
+    assert "portable" in ISAS
+    assert len(set(outs.values())) == 1, list(outs)
+    check_conv(n, c, h, w, m, 1, 1, (1, 1), (1, 1), (0, 0, 0, 0), input_nchw=input_nchw, lo=-1.5, post=post)

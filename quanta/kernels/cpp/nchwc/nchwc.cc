@@ -159,6 +159,13 @@ void conv(const ConvGeom& geom, const float* x, const float* w_packed, const flo
     std::swap(g.pt, g.pl);
     std::swap(g.oh, g.ow);
   }
+  // A 1x1 convolution of stride 1 without pads reads pixel i of the input for output pixel
+  // i: an item's rows are one run of pixels in memory (input and output), so they run as
+  // one line, as MLAS's pointwise kernel takes a whole plane. Tiles then end once an item,
+  // not once a row (a 13 x 13 plane, whose 169 pixels have no divisor to widen its rows, ran
+  // rows of 13 as 3 + 3 + 3 + 2 + 2). The same chains: the same bytes.
+  const bool flat = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.oh == g.h && g.ow == g.w && g.pt == 0 &&
+                    g.pl == 0 && !g.depthwise;
   const int64_t cbs = blocks(g.c), mbs = blocks(g.m), taps = g.kh * g.kw;
   const int64_t plane = g.h * g.w, oplane = g.oh * g.ow;
   int64_t ox_lo, ox_hi;
@@ -260,7 +267,7 @@ void conv(const ConvGeom& geom, const float* x, const float* w_packed, const flo
     // A row of 2-3 pixels runs as one tile, each pixel over its own taps (nchwc.h
     // RowTaps): as a border pair and a one-pixel tile it is 2 + 1 chains per output block,
     // the one-pixel tile waiting on its own fma latency.
-    const bool whole_row = kr.row[nb - 1] != nullptr && g.ow >= 2 && g.ow <= kMaxRowP;
+    const bool whole_row = !flat && kr.row[nb - 1] != nullptr && g.ow >= 2 && g.ow <= kMaxRowP;
     RowTaps row_taps{};
     if (whole_row) {
       row_taps.p = static_cast<int>(g.ow);
@@ -290,9 +297,12 @@ void conv(const ConvGeom& geom, const float* x, const float* w_packed, const flo
       const int64_t next_floats = std::min(cb_pass, cbs - next_cb) * t.ws_cb;
       const int64_t next_lines = next_nb > 0 ? next_floats / 16 : 0;  // 64-byte lines per block
       const int64_t rows = oy1 - oy;
-      for (int64_t r = oy; r < oy1; ++r) {
+      // a line: the item's rows (flat), else one row
+      const int64_t line_rows = flat ? rows : 1, line_w = line_rows * g.ow;
+      const int64_t x_hi = flat ? line_w : ox_hi;
+      for (int64_t r = oy; r < oy1; r += line_rows) {
         {
-          const int64_t l0 = next_lines * (r - oy) / rows, l1 = next_lines * (r - oy + 1) / rows;
+          const int64_t l0 = next_lines * (r - oy) / rows, l1 = next_lines * (r - oy + line_rows) / rows;
           for (int b = 0; b < next_nb; ++b) {
             const float* p = w_packed + (next_ob + b) * t.ws_ob + next_cb * t.ws_cb;
             for (int64_t l = l0; l < l1; ++l) __builtin_prefetch(p + l * 16, 0, 2);
@@ -325,9 +335,9 @@ void conv(const ConvGeom& geom, const float* x, const float* w_packed, const flo
           continue;
         }
         // border pixels: the left ones paired with the right ones (two chains at a time)
-        const int64_t right0 = std::max(ox_hi, ox_lo);
+        const int64_t right0 = std::max(x_hi, ox_lo);
         int64_t left = 0, right = right0;
-        while (left < ox_lo && right < g.ow) {
+        while (left < ox_lo && right < line_w) {
           border(left++);
           ConvTile a = t;
           border(right++);
@@ -337,7 +347,7 @@ void conv(const ConvGeom& geom, const float* x, const float* w_packed, const flo
           border(left++);
           kr.tile[nb - 1][0](t, 1);
         }
-        while (right < g.ow) {
+        while (right < line_w) {
           border(right++);
           kr.tile[nb - 1][0](t, 1);
         }
@@ -346,7 +356,7 @@ void conv(const ConvGeom& geom, const float* x, const float* w_packed, const flo
         // the interior in as few tiles as max_p allows, of nearly equal sizes (8 pixels: 4 + 4,
         // not 6 + 2, whose 2-pixel tile loads as many weight vectors for a third of the fmas):
         // `more` tiles of q + 1 pixels, then the rest of q, each run one call
-        const int64_t interior = ox_hi - ox_lo;
+        const int64_t interior = x_hi - ox_lo;
         if (interior > 0) {
           const int64_t tiles = (interior + max_p - 1) / max_p, q = interior / tiles, more = interior % tiles;
           int64_t ox = ox_lo;
