@@ -164,7 +164,6 @@ class LstmWeights:
             self.entries[key] = (wq, scale, zp)
         return self.entries[key]
 
-
     @staticmethod
     def _pair_safe(rows: np.ndarray, qw, q: np.ndarray, k: int) -> np.ndarray:
         """``q`` (int8 [rows, n·K / K], per row ``qw``) with eq. (12m) on every K-pair
