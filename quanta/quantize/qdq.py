@@ -897,14 +897,14 @@ _ORT_U8S8_OPS = ("Conv", "MatMul", "Gemm")
 
 
 def pair_safe_codes(graph: Graph, plan: QdqPlan, recipe: Recipe) -> int:
-    """Eq. (12m) (``recipe.weight_pairs == "ort"``, quanta.quantize.ort_pairs) on every int8
+    """Eq. (12m) (``recipe.weight_pairs`` "ort" / "ort_rows", quanta.quantize.ort_pairs) on every int8
     weight that ONNX Runtime's saturating u8·s8 GEMM reads: a Conv / MatMul / Gemm weight
     whose layer input is uint8, not depthwise. Codes chosen beforehand (GPTQ, which keeps
     eq. (12m) itself) stay unless a pair breaks it; the others are nearest rounding with
     each pair that breaks it moved to the nearest pair that keeps it
     (ort_pairs.project_pairs). Call after the rounding, before bias correction and
     insert_qdq. Returns the number of codes moved."""
-    if recipe.weight_pairs != "ort":
+    if recipe.weight_pairs not in ("ort", "ort_rows"):
         return 0
     from quanta.quantize.ort_pairs import pair_partners, project_pairs
     from quanta.quantize.params import quant_range

@@ -73,8 +73,10 @@ class CalibrationMethod(enum.Enum):
 OTHER_RANGES = ("auto", "minmax", "mse")
 WEIGHT_ROUNDING = ("gptq", "gptq_cd", "gptaq", "nearest")
 #: Recipe.weight_pairs: "ort" keeps every pair of int8 codes ONNX Runtime's saturating
-#: u8·s8 kernels add in int16 inside it (quanta.quantize.ort_pairs, eq. (12m)); "off" does not
-WEIGHT_PAIRS = ("ort", "off")
+#: u8·s8 kernels add in int16 inside it (quanta.quantize.ort_pairs, eq. (12m)); "ort_rows"
+#: also lets each GPTQ-rounded output row take the 7-bit grid where that errs less (eq. (12n));
+#: "off" does neither
+WEIGHT_PAIRS = ("ort", "ort_rows", "off")
 
 
 class RecurrentMode(enum.Enum):
@@ -226,7 +228,9 @@ class Recipe:
     # rounding (nearest, GPTQ, gptq_cd) clamps the second code of each same-sign pair
     # whose magnitudes would add past 128 (quanta.quantize.ort_pairs, docs/debugger.md
     # eq. (12m)); the file is then exact in ORT on every CPU, one bit kept against
-    # weight_bits = 7. "off": each code on the full grid
+    # weight_bits = 7. "ort_rows": "ort", and each output row of a GPTQ-rounded layer takes
+    # the 7-bit grid instead where the constraint would cost more on GPTQ's objective
+    # (eq. (12n)). "off": each code on the full grid
     weight_pairs: str = "off"
     weight_block_size: int = 32  # used when weight_type is int4/uint4 (per-block along K)
     op_types: frozenset[str] = DEFAULT_OP_TYPES

@@ -148,7 +148,7 @@ class LstmWeights:
             plan = TensorPlan(w.name, "weight", I8, True, axis=0)
             qw = _weight_type(rows, plan, F32, self.recipe)
             q = quantize_linear(rows, qw.scale_array(), qw.zero_point_array(), axis=0)
-            if self.recipe.weight_pairs == "ort":
+            if self.recipe.weight_pairs in ("ort", "ort_rows"):
                 # eq. (12m): ORT's DynamicQuantizeLSTM multiplies uint8 x by these codes in
                 # its saturating u8·s8 GEMM, paired along K (the last axis here)
                 q = self._pair_safe(rows, qw, q, k)

@@ -794,6 +794,11 @@ def _apply_rounding(graph, plan, layers: list[RoundedLayer], recipe: Recipe) -> 
                 codes = refine_held_out(wg, sg, full, half, codes, qmin, qmax, pairs)
             else:
                 codes = refine_rounding(wg, sg, full, codes, qmin, qmax, partners=pairs)
+        if pairs is not None and recipe.weight_pairs == "ort_rows" and len(q.scale) == w2.shape[0]:
+            # eq. (12n): per row, the 7-bit grid where the pair constraint costs more
+            held = 0 < odd_rows < rows
+            codes, s_rows = _seven_bit_rows(wg, sg, full, half if held else None, codes, qmax)
+            _set_weight_scales(plan, keys, q, s_rows.reshape(-1))
         chosen = layer.from_2d(codes.reshape(w2.shape), w.shape).astype(q.storage.numpy)
         for key in keys:
             plan.tensors[key].codes = chosen
@@ -803,13 +808,56 @@ def _apply_rounding(graph, plan, layers: list[RoundedLayer], recipe: Recipe) -> 
     return n
 
 
+def _seven_bit_rows(
+    w: np.ndarray, s: np.ndarray, h_full: np.ndarray, h_val: np.ndarray | None, codes: np.ndarray, qmax: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Eq. (12n): per output row, the pair-constrained 8-bit ``codes`` (scale ``s``) or
+    GPTQ on the 7-bit grid [−64, 64] (scale s·qmax/64, the same range; every pair sum
+    inside eq. (12m)), whichever errs less on the layer's objective d H dᵀ (with
+    ``h_val``, the held-out check of eq. (12c) for the 7-bit codes too). Returns (codes,
+    scales) [G, rows, K], [G, rows]."""
+    s7 = (s * (qmax / 64.0)).astype(np.float32).astype(np.float64)
+    c7 = gptq_round_groups(w, s7, h_full, -64, 64)
+    if h_val is not None:
+        c7 = _held_out(w, s7, h_full - h_val, h_val, c7, -64, 64)
+
+    def loss(q: np.ndarray, sc: np.ndarray) -> np.ndarray:
+        d = w - sc[..., None] * q
+        return np.einsum("grk,grk->gr", np.matmul(d, h_full), d)
+
+    seven = loss(c7, s7) < loss(codes, s)
+    return np.where(seven[..., None], c7, codes), np.where(seven, s7, s)
+
+
+def _set_weight_scales(plan, keys: list[str], q, scales: np.ndarray) -> None:
+    """The weight ``keys`` take per-row ``scales`` (float32 values) in place of ``q``'s; the
+    biases of their layers follow (eq. (6): s_b = s_x·s_w)."""
+    from dataclasses import replace
+
+    from quanta.quantize.params import bias_params
+
+    new = replace(q, scale=tuple(float(v) for v in scales.astype(np.float32)))
+    for key in keys:
+        plan.tensors[key].qtype = new
+    for t in plan.tensors.values():
+        if t.role == "bias" and t.bias_of is not None and t.bias_of[1] in keys and t.qtype is not None:
+            x_t = plan.tensors.get(t.bias_of[0])
+            if x_t is not None and x_t.qtype is not None:
+                t.qtype = bias_params(x_t.qtype, new)
+
+
 def _ort_pairs(
     readers: list[RoundedLayer], shape: tuple[int, ...], storage, qmax: int, recipe: Recipe
 ) -> np.ndarray | None:
     """ONNX Runtime's pair partners of the weight's columns (ort_pairs.pair_partners)
-    when ``recipe.weight_pairs`` is "ort" and some reader meets ORT's saturating u8·s8
+    when ``recipe.weight_pairs`` is "ort" / "ort_rows" and some reader meets ORT's saturating u8·s8
     GEMM: int8 codes that can pass 64, a uint8 input, not a depthwise Conv; else None."""
-    if recipe.weight_pairs != "ort" or not storage.signed or storage.bits != 8 or qmax <= PAIR_LIMIT // 2:
+    if (
+        recipe.weight_pairs not in ("ort", "ort_rows")
+        or not storage.signed
+        or storage.bits != 8
+        or qmax <= PAIR_LIMIT // 2
+    ):
         return None
     layer = readers[0]
     for r in readers:

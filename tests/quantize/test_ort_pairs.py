@@ -308,8 +308,10 @@ def feeds(n: int, seed: int) -> list[dict[str, np.ndarray]]:
     return [{"x": np.abs(rng.standard_normal((1, 3, 7, 7))).astype(np.float32) * 2} for _ in range(n)]
 
 
-@pytest.mark.parametrize("rounding", ["gptq", "gptq_cd", "nearest"])
-def test_quantize_static_writes_pair_safe_weights(tmp_path, rounding):
+@pytest.mark.parametrize(
+    ("rounding", "mode"), [("gptq", "ort"), ("gptq_cd", "ort"), ("nearest", "ort"), ("gptq", "ort_rows")]
+)
+def test_quantize_static_writes_pair_safe_weights(tmp_path, rounding, mode):
     """quantize_static with weight_pairs="ort": every int8 weight of the file keeps eq.
     (12m) in the order of the op that reads it (saturating_weights names none, where the
     full-range file has some), scales unchanged and codes past the 7-bit grid's 64, and
@@ -317,32 +319,74 @@ def test_quantize_static_writes_pair_safe_weights(tmp_path, rounding):
     src = tmp_path / "m.onnx"
     onnx.save(convs_and_matmul(), src)
     files = {}
-    for pairs in ("off", "ort"):
+    for pairs in ("off", mode):
         out = tmp_path / f"{pairs}.onnx"
         quanta.quantize_static(
             src, out, feeds(8, 1), verbose=False, weight_rounding=rounding, weight_pairs=pairs
         )
         files[pairs] = onnx.load(str(out))
     assert len(saturating_weights(files["off"])) == 4
-    assert saturating_weights(files["ort"]) == []
+    assert saturating_weights(files[mode]) == []
     ints = {
         t.name: numpy_helper.to_array(t)
-        for t in files["ort"].graph.initializer
+        for t in files[mode].graph.initializer
         if t.data_type == TensorProto.INT8 and t.name.endswith("_quantized")
     }
     # the 8-bit grid stays in use: codes beyond the 7-bit grid's 64
-    assert len(ints) == 4 and all(int(np.abs(w.astype(np.int32)).max()) > 100 for w in ints.values())
+    assert len(ints) == 4
+    if mode == "ort":
+        assert all(int(np.abs(w.astype(np.int32)).max()) > 100 for w in ints.values())
     weight_scales = {"w0_scale", "w1_scale", "w2_scale", "wm_scale"}
     scales = [
         {n: numpy_helper.to_array(t).tobytes() for t in f.graph.initializer if (n := t.name) in weight_scales}
         for f in files.values()
     ]
-    assert len(scales[0]) == 4 and scales[0] == scales[1]
-    assert_reference_matches_ort_on_quantized_tensors(tmp_path / "ort.onnx", feeds(1, 5)[0], fused_int8=True)
+    assert len(scales[0]) == 4
+    if mode == "ort":
+        assert scales[0] == scales[1]
+    else:  # eq. (12n): rows on the 7-bit grid have their scale raised by 127/64
+        moved = [
+            np.frombuffer(scales[1][n], np.float32) / np.frombuffer(scales[0][n], np.float32)
+            for n in scales[0]
+        ]
+        ratios = np.concatenate(moved)
+        assert np.isclose(ratios, 127 / 64).any()
+        assert np.isclose(ratios, 1).sum() + np.isclose(ratios, 127 / 64).sum() == ratios.size
+    assert_reference_matches_ort_on_quantized_tensors(
+        tmp_path / f"{mode}.onnx", feeds(1, 5)[0], fused_int8=True
+    )
+
+
+def test_seven_bit_rows_take_the_smaller_error():
+    """Eq. (12n): each row's error on the objective is the smaller of the pair-constrained
+    8-bit codes' and the 7-bit grid's, and its codes keep eq. (12m) either way."""
+    from quanta.quantize.rounding import _seven_bit_rows
+
+    rng = np.random.default_rng(5)
+    w, s, h = layer(rng, (12, 7, 3, 3))
+    # half the rows with opposite signs in every ORT pair: nothing to constrain, 8 bits win
+    ort_k = np.argsort(ort_order(np.arange(w.shape[2]).reshape(1, 7, 3, 3))[0])
+    w[:, :6] = np.abs(rng.standard_normal((6, w.shape[2]))) * np.where(ort_k % 2, -1.0, 1.0)
+    s = np.abs(w).max(axis=2) / QMAX
+    partners = conv_partners(7, (3, 3))
+    q8 = gptq_round_groups(w, s, h, QMIN, QMAX, partners=partners)
+    q, sc = _seven_bit_rows(w, s, h, None, q8, QMAX)
+    assert not pair_excess(q[0], partners).any()
+
+    def rows_loss(q, sc):
+        d = w - sc[..., None] * q
+        return np.einsum("grk,grk->gr", np.matmul(d, h), d)
+
+    q7 = gptq_round_groups(w, s * 127 / 64, h, -64, 64)
+    best = np.minimum(rows_loss(q8, s), rows_loss(q7, (s * 127 / 64).astype(np.float32).astype(np.float64)))
+    np.testing.assert_allclose(rows_loss(q, sc), best, rtol=1e-6)
+    seven = ~np.isclose(sc, s)
+    assert seven.any() and (~seven).any()
+    assert (np.abs(q[seven]) <= 64).all()
 
 
 def test_recipe_and_cli(tmp_path, capsys):
-    with pytest.raises(RecipeError, match="weight_pairs: expected one of ort, off, got 'on'"):
+    with pytest.raises(RecipeError, match="weight_pairs: expected one of ort, ort_rows, off, got 'on'"):
         Recipe(weight_pairs="on")
     src = tmp_path / "m.onnx"
     onnx.save(convs_and_matmul(), src)
