@@ -797,7 +797,7 @@ def _apply_rounding(graph, plan, layers: list[RoundedLayer], recipe: Recipe) -> 
         if pairs is not None and recipe.weight_pairs == "ort_rows" and len(q.scale) == w2.shape[0]:
             # eq. (12n): per row, the 7-bit grid where the pair constraint costs more
             held = 0 < odd_rows < rows
-            codes, s_rows = _seven_bit_rows(wg, sg, full, half if held else None, codes, qmax)
+            codes, s_rows = _seven_bit_rows(wg, sg, full, half if held else None, codes, qmax, pairs)
             _set_weight_scales(plan, keys, q, s_rows.reshape(-1))
         chosen = layer.from_2d(codes.reshape(w2.shape), w.shape).astype(q.storage.numpy)
         for key in keys:
@@ -808,25 +808,45 @@ def _apply_rounding(graph, plan, layers: list[RoundedLayer], recipe: Recipe) -> 
     return n
 
 
+#: the narrower grids eq. (12n) offers each row besides the full one: 96 (still under
+#: eq. (12m)'s constraint, which binds less: a largest code of 96 leaves its partner 32)
+#: and 64 (every pair inside eq. (12m): the 7-bit grid)
+NARROW_GRIDS = (96, 64)
+
+
 def _seven_bit_rows(
-    w: np.ndarray, s: np.ndarray, h_full: np.ndarray, h_val: np.ndarray | None, codes: np.ndarray, qmax: int
+    w: np.ndarray,
+    s: np.ndarray,
+    h_full: np.ndarray,
+    h_val: np.ndarray | None,
+    codes: np.ndarray,
+    qmax: int,
+    partners: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Eq. (12n): per output row, the pair-constrained 8-bit ``codes`` (scale ``s``) or
-    GPTQ on the 7-bit grid [−64, 64] (scale s·qmax/64, the same range; every pair sum
-    inside eq. (12m)), whichever errs less on the layer's objective d H dᵀ (with
-    ``h_val``, the held-out check of eq. (12c) for the 7-bit codes too). Returns (codes,
-    scales) [G, rows, K], [G, rows]."""
-    s7 = (s * (qmax / 64.0)).astype(np.float32).astype(np.float64)
-    c7 = gptq_round_groups(w, s7, h_full, -64, 64)
-    if h_val is not None:
-        c7 = _held_out(w, s7, h_full - h_val, h_val, c7, -64, 64)
+    GPTQ on a narrower grid [−m, m] of the same range (scale s·qmax/m, m in
+    :data:`NARROW_GRIDS`; under eq. (12m) with ``partners`` where m > 64, every pair
+    inside it at m = 64), whichever errs least on the layer's objective d H dᵀ (with
+    ``h_val``, the held-out check of eq. (12c) for each grid's codes too). Returns
+    (codes, scales) [G, rows, K], [G, rows]."""
 
     def loss(q: np.ndarray, sc: np.ndarray) -> np.ndarray:
         d = w - sc[..., None] * q
         return np.einsum("grk,grk->gr", np.matmul(d, h_full), d)
 
-    seven = loss(c7, s7) < loss(codes, s)
-    return np.where(seven[..., None], c7, codes), np.where(seven, s7, s)
+    best_q, best_s, best = codes, s, loss(codes, s)
+    for m in NARROW_GRIDS:
+        sm = (s * (qmax / m)).astype(np.float32).astype(np.float64)
+        p = partners if m > PAIR_LIMIT // 2 else None
+        cm = gptq_round_groups(w, sm, h_full, -m, m, partners=p)
+        if h_val is not None:
+            cm = _held_out(w, sm, h_full - h_val, h_val, cm, -m, m, p)
+        lm = loss(cm, sm)
+        better = lm < best
+        best_q = np.where(better[..., None], cm, best_q)
+        best_s = np.where(better, sm, best_s)
+        best = np.where(better, lm, best)
+    return best_q, best_s
 
 
 def _set_weight_scales(plan, keys: list[str], q, scales: np.ndarray) -> None:

@@ -21,7 +21,13 @@ from quanta.quantize import ort_pairs
 from quanta.quantize.ort_pairs import conv_partners, k_partners, pair_excess, pair_partners, project_pairs
 from quanta.quantize.ort_saturation import onnxruntime_int8_saturates, saturating_weights
 from quanta.quantize.recipe import Recipe, RecipeError
-from quanta.quantize.rounding import gptq_round_groups, nearest_codes, refine_held_out, refine_rounding
+from quanta.quantize.rounding import (
+    NARROW_GRIDS,
+    gptq_round_groups,
+    nearest_codes,
+    refine_held_out,
+    refine_rounding,
+)
 from tests.quantize.test_static import assert_reference_matches_ort_on_quantized_tensors
 
 ort = pytest.importorskip("onnxruntime")
@@ -344,22 +350,23 @@ def test_quantize_static_writes_pair_safe_weights(tmp_path, rounding, mode):
     assert len(scales[0]) == 4
     if mode == "ort":
         assert scales[0] == scales[1]
-    else:  # eq. (12n): rows on the 7-bit grid have their scale raised by 127/64
+    else:  # eq. (12n): rows on a narrower grid m have their scale raised by 127/m
         moved = [
             np.frombuffer(scales[1][n], np.float32) / np.frombuffer(scales[0][n], np.float32)
             for n in scales[0]
         ]
         ratios = np.concatenate(moved)
-        assert np.isclose(ratios, 127 / 64).any()
-        assert np.isclose(ratios, 1).sum() + np.isclose(ratios, 127 / 64).sum() == ratios.size
+        grids = [np.isclose(ratios, 127 / m, rtol=1e-6) for m in (127, *NARROW_GRIDS)]
+        assert sum(int(g.sum()) for g in grids) == ratios.size and grids[-1].any()
     assert_reference_matches_ort_on_quantized_tensors(
         tmp_path / f"{mode}.onnx", feeds(1, 5)[0], fused_int8=True
     )
 
 
 def test_seven_bit_rows_take_the_smaller_error():
-    """Eq. (12n): each row's error on the objective is the smaller of the pair-constrained
-    8-bit codes' and the 7-bit grid's, and its codes keep eq. (12m) either way."""
+    """Eq. (12n): each row's error on the objective is the least of the pair-constrained
+    8-bit codes', the constrained 96-step grid's and the 7-bit grid's, and its codes keep
+    eq. (12m) whichever it takes."""
     from quanta.quantize.rounding import _seven_bit_rows
 
     rng = np.random.default_rng(5)
@@ -370,19 +377,22 @@ def test_seven_bit_rows_take_the_smaller_error():
     s = np.abs(w).max(axis=2) / QMAX
     partners = conv_partners(7, (3, 3))
     q8 = gptq_round_groups(w, s, h, QMIN, QMAX, partners=partners)
-    q, sc = _seven_bit_rows(w, s, h, None, q8, QMAX)
+    q, sc = _seven_bit_rows(w, s, h, None, q8, QMAX, partners)
     assert not pair_excess(q[0], partners).any()
 
     def rows_loss(q, sc):
         d = w - sc[..., None] * q
         return np.einsum("grk,grk->gr", np.matmul(d, h), d)
 
-    q7 = gptq_round_groups(w, s * 127 / 64, h, -64, 64)
-    best = np.minimum(rows_loss(q8, s), rows_loss(q7, (s * 127 / 64).astype(np.float32).astype(np.float64)))
-    np.testing.assert_allclose(rows_loss(q, sc), best, rtol=1e-6)
-    seven = ~np.isclose(sc, s)
-    assert seven.any() and (~seven).any()
-    assert (np.abs(q[seven]) <= 64).all()
+    losses = [rows_loss(q8, s)]
+    for m in NARROW_GRIDS:
+        sm = (s * 127 / m).astype(np.float32).astype(np.float64)
+        qm = gptq_round_groups(w, sm, h, -m, m, partners=partners if m > 64 else None)
+        losses.append(rows_loss(qm, sm))
+    np.testing.assert_allclose(rows_loss(q, sc), np.min(losses, axis=0), rtol=1e-6)
+    narrow = ~np.isclose(sc, s)
+    assert narrow.any() and (~narrow).any()
+    assert (np.abs(q[narrow]) <= 96).all()
 
 
 def test_recipe_and_cli(tmp_path, capsys):
