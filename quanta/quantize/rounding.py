@@ -797,7 +797,7 @@ def _apply_rounding(graph, plan, layers: list[RoundedLayer], recipe: Recipe) -> 
         if pairs is not None and recipe.weight_pairs == "ort_rows" and len(q.scale) == w2.shape[0]:
             # eq. (12n): per row, the 7-bit grid where the pair constraint costs more
             held = 0 < odd_rows < rows
-            codes, s_rows = _seven_bit_rows(wg, sg, full, half if held else None, codes, qmax, pairs)
+            codes, s_rows = _narrow_rows(wg, sg, full, half if held else None, codes, qmax, pairs)
             _set_weight_scales(plan, keys, q, s_rows.reshape(-1))
         chosen = layer.from_2d(codes.reshape(w2.shape), w.shape).astype(q.storage.numpy)
         for key in keys:
@@ -814,7 +814,7 @@ def _apply_rounding(graph, plan, layers: list[RoundedLayer], recipe: Recipe) -> 
 NARROW_GRIDS = (96, 64)
 
 
-def _seven_bit_rows(
+def _narrow_rows(
     w: np.ndarray,
     s: np.ndarray,
     h_full: np.ndarray,

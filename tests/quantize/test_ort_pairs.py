@@ -363,11 +363,11 @@ def test_quantize_static_writes_pair_safe_weights(tmp_path, rounding, mode):
     )
 
 
-def test_seven_bit_rows_take_the_smaller_error():
+def test_narrow_rows_take_the_smaller_error():
     """Eq. (12n): each row's error on the objective is the least of the pair-constrained
     8-bit codes', the constrained 96-step grid's and the 7-bit grid's, and its codes keep
     eq. (12m) whichever it takes."""
-    from quanta.quantize.rounding import _seven_bit_rows
+    from quanta.quantize.rounding import _narrow_rows
 
     rng = np.random.default_rng(5)
     w, s, h = layer(rng, (12, 7, 3, 3))
@@ -377,7 +377,7 @@ def test_seven_bit_rows_take_the_smaller_error():
     s = np.abs(w).max(axis=2) / QMAX
     partners = conv_partners(7, (3, 3))
     q8 = gptq_round_groups(w, s, h, QMIN, QMAX, partners=partners)
-    q, sc = _seven_bit_rows(w, s, h, None, q8, QMAX, partners)
+    q, sc = _narrow_rows(w, s, h, None, q8, QMAX, partners)
     assert not pair_excess(q[0], partners).any()
 
     def rows_loss(q, sc):
