@@ -536,7 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="ort: full-range int8 weights whose pairs, in ONNX Runtime's order, no uint8 input can "
         "overflow in its saturating int16 kernels (x86 without VNNI), so ORT runs the file exactly "
         "on every CPU with all 8 weight bits (docs/debugger.md eq. (12m)); ort_rows: each output row "
-        "takes a narrower grid (96 or 64 steps) instead where that errs less (eq. (12n))",
+        "takes the 7-bit grid instead where that errs less (eq. (12n))",
     )
     s.add_argument(
         "--exclude", nargs="+", metavar="NODE", help="node names or regular expressions to keep float"

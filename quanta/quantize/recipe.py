@@ -74,7 +74,7 @@ OTHER_RANGES = ("auto", "minmax", "mse")
 WEIGHT_ROUNDING = ("gptq", "gptq_cd", "gptaq", "nearest")
 #: Recipe.weight_pairs: "ort" keeps every pair of int8 codes ONNX Runtime's saturating
 #: u8·s8 kernels add in int16 inside it (quanta.quantize.ort_pairs, eq. (12m)); "ort_rows"
-#: also lets each GPTQ-rounded output row take a narrower grid where that errs less (eq. (12n));
+#: also lets each GPTQ-rounded output row take the 7-bit grid where that errs less (eq. (12n));
 #: "off" does neither
 WEIGHT_PAIRS = ("ort", "ort_rows", "off")
 
@@ -229,8 +229,8 @@ class Recipe:
     # whose magnitudes would add past 128 (quanta.quantize.ort_pairs, docs/debugger.md
     # eq. (12m)); the file is then exact in ORT on every CPU, one bit kept against
     # weight_bits = 7. "ort_rows": "ort", and each output row of a GPTQ-rounded layer takes
-    # a narrower grid of the same range (96 steps, constrained; 64, the 7-bit grid) where
-    # that errs less on GPTQ's objective (eq. (12n)). "off": each code on the full grid
+    # the 7-bit grid of the same range where that errs less on GPTQ's objective (eq. (12n)).
+    # "off": each code on the full grid
     weight_pairs: str = "off"
     weight_block_size: int = 32  # used when weight_type is int4/uint4 (per-block along K)
     op_types: frozenset[str] = DEFAULT_OP_TYPES

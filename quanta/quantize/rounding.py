@@ -808,10 +808,12 @@ def _apply_rounding(graph, plan, layers: list[RoundedLayer], recipe: Recipe) -> 
     return n
 
 
-#: the narrower grids eq. (12n) offers each row besides the full one: 96 (still under
-#: eq. (12m)'s constraint, which binds less: a largest code of 96 leaves its partner 32)
-#: and 64 (every pair inside eq. (12m): the 7-bit grid)
-NARROW_GRIDS = (96, 64)
+#: the narrower grids eq. (12n) offers each row besides the full one: 64, every pair
+#: inside eq. (12m) (the 7-bit grid). A grid m > 64 would stay under eq. (12m)'s
+#: constraint, which binds less there (at 96 a largest code leaves its partner 32);
+#: offering 96 too lost 3.8 dB on capspot_sim's held-out pairs and 0.01 F1 on
+#: ddddocr_det for +0.5 dB on EfficientNet-Lite0 (benchmarks/results/2026-12-07c-pairsafe11.md)
+NARROW_GRIDS: tuple[int, ...] = (64,)
 
 
 def _narrow_rows(

@@ -365,8 +365,8 @@ def test_quantize_static_writes_pair_safe_weights(tmp_path, rounding, mode):
 
 def test_narrow_rows_take_the_smaller_error():
     """Eq. (12n): each row's error on the objective is the least of the pair-constrained
-    8-bit codes', the constrained 96-step grid's and the 7-bit grid's, and its codes keep
-    eq. (12m) whichever it takes."""
+    8-bit codes' and each narrower grid's (NARROW_GRIDS), and its codes keep eq. (12m)
+    whichever it takes."""
     from quanta.quantize.rounding import _narrow_rows
 
     rng = np.random.default_rng(5)
@@ -392,7 +392,7 @@ def test_narrow_rows_take_the_smaller_error():
     np.testing.assert_allclose(rows_loss(q, sc), np.min(losses, axis=0), rtol=1e-6)
     narrow = ~np.isclose(sc, s)
     assert narrow.any() and (~narrow).any()
-    assert (np.abs(q[narrow]) <= 96).all()
+    assert (np.abs(q[narrow]) <= max(NARROW_GRIDS)).all()
 
 
 def test_recipe_and_cli(tmp_path, capsys):
