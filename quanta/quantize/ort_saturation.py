@@ -13,8 +13,11 @@ in ONNX Runtime as users run it, all-MiniLM-L6-v2's 22.5 dB and 20.3 dB. Weights
 runtimes), at the cost of one bit on every layer. ``weight_pairs="ort"``
 (quanta.quantize.ort_pairs, docs/debugger.md eq. (12m)) keeps the 8-bit grid and
 constrains only the pairs ORT adds: in ORT's order, no two same-sign codes whose
-magnitudes add past 128, which no uint8 input can overflow (measurements:
-benchmarks/results/2026-12-07c-pairsafe11.md). quanta's kernels are exact either way.
+magnitudes add past 128, which no uint8 input can overflow; alone it costs more than the
+bit (EfficientNet-Lite0 0.69), and ``weight_pairs="ort_rows"`` (eq. (12n)) puts each
+output row where the constraint costs more on the 7-bit grid instead: 0.935 / 25.5 dB
+in both runtimes against weight_bits=7's 0.925 / 24.1 dB
+(benchmarks/results/2026-12-07c-pairsafe11.md). quanta's kernels are exact either way.
 
 One mechanism serves every caller: :func:`saturating_weights` reads a written file and
 names the int8 weights ORT's saturating kernels would meet: those with a pair, in ORT's
@@ -104,8 +107,10 @@ def saturation_note(n_weights: int) -> str:
         "instead of 0.945; all-MiniLM-L6-v2: 20.3 dB instead of 22.5). weight_bits=7 "
         "(--weight-bits 7, ORT's reduce_range grid) makes ONNX Runtime exact here, and quanta's "
         "int8 GEMMs about 1.25x faster (exact vpmaddubsw instead of vpmaddwd pairs), at the cost "
-        "of one weight bit; weight_pairs='ort' (--weight-pairs ort) keeps 8 bits and only "
-        "limits the pairs ORT adds, which makes ONNX Runtime exact too: compare them on your data"
+        "of one weight bit; weight_pairs='ort_rows' (--weight-pairs ort_rows) keeps 8 bits on "
+        "the output rows whose pairs allow it and puts the others on the 7-bit grid, which makes "
+        "ONNX Runtime exact too (EfficientNet-Lite0: 0.935 in both, 0.925 with weight_bits=7): "
+        "compare them on your data"
     )
 
 
