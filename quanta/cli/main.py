@@ -323,6 +323,8 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         options["subgraphs"] = args.subgraphs
     if getattr(args, "weight_rounding", None):
         options["weight_rounding"] = args.weight_rounding
+    if getattr(args, "weight_pairs", None):
+        options["weight_pairs"] = args.weight_pairs
     if getattr(args, "weight_bits", None):
         options["weight_bits"] = args.weight_bits
     if getattr(args, "equalize", False):
@@ -527,6 +529,14 @@ def build_parser() -> argparse.ArgumentParser:
         choices=[7, 8],
         help="8-bit weights on 7 bits (ORT's reduce_range grid), for ONNX Runtime on x86 CPUs "
         "without VNNI, whose int8 kernels saturate full-range weights (default 8)",
+    )
+    s.add_argument(
+        "--weight-pairs",
+        choices=["ort", "ort_rows", "off"],
+        help="ort: full-range int8 weights whose pairs, in ONNX Runtime's order, no uint8 input can "
+        "overflow in its saturating int16 kernels (x86 without VNNI), so ORT runs the file exactly "
+        "on every CPU with all 8 weight bits (docs/debugger.md eq. (12m)); ort_rows: each output row "
+        "takes the 7-bit grid instead where that errs less (eq. (12n))",
     )
     s.add_argument(
         "--exclude", nargs="+", metavar="NODE", help="node names or regular expressions to keep float"

@@ -10,10 +10,18 @@ quanta's default EfficientNet-Lite0 file gives top-1 agreement 0.945 in quanta a
 in ONNX Runtime as users run it, all-MiniLM-L6-v2's 22.5 dB and 20.3 dB. Weights on the
 7-bit grid (``weight_bits=7``, ORT's ``reduce_range``) keep every pair sum within
 2 * 255 * 64 = 32640, exact there (0.93 / 24.2 dB and 19.05 dB, the same in both
-runtimes): which is better depends on the model. quanta's kernels are exact either way.
+runtimes), at the cost of one bit on every layer. ``weight_pairs="ort"``
+(quanta.quantize.ort_pairs, docs/debugger.md eq. (12m)) keeps the 8-bit grid and
+constrains only the pairs ORT adds: in ORT's order, no two same-sign codes whose
+magnitudes add past 128, which no uint8 input can overflow; alone it costs more than the
+bit (EfficientNet-Lite0 0.69), and ``weight_pairs="ort_rows"`` (eq. (12n)) puts each
+output row where the constraint costs more on the 7-bit grid instead: 0.935 / 25.5 dB
+in both runtimes against weight_bits=7's 0.925 / 24.1 dB
+(benchmarks/results/2026-12-07c-pairsafe11.md). quanta's kernels are exact either way.
 
 One mechanism serves every caller: :func:`saturating_weights` reads a written file and
-names the int8 weights ORT's saturating kernels would meet. The quantizers put
+names the int8 weights ORT's saturating kernels would meet: those with a pair, in ORT's
+order for the op that reads them, that a uint8 input can push past int16. The quantizers put
 :func:`file_note` in their summary (the written file is the same on every machine, only
 the advice depends on the host); ``quanta bench --vs-ort`` says the same of any file.
 """
@@ -28,6 +36,7 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from quanta.kernels.reference.conv_geometry import is_depthwise
+from quanta.quantize.ort_pairs import pair_excess, pair_partners
 
 __all__ = ["file_note", "onnxruntime_int8_saturates", "saturating_weights", "saturation_note"]
 
@@ -98,7 +107,10 @@ def saturation_note(n_weights: int) -> str:
         "instead of 0.945; all-MiniLM-L6-v2: 20.3 dB instead of 22.5). weight_bits=7 "
         "(--weight-bits 7, ORT's reduce_range grid) makes ONNX Runtime exact here, and quanta's "
         "int8 GEMMs about 1.25x faster (exact vpmaddubsw instead of vpmaddwd pairs), at the cost "
-        "of one weight bit: compare both on your data"
+        "of one weight bit; weight_pairs='ort_rows' (--weight-pairs ort_rows) keeps 8 bits on "
+        "the output rows whose pairs allow it and puts the others on the 7-bit grid, which makes "
+        "ONNX Runtime exact too (EfficientNet-Lite0: 0.935 in both, 0.925 with weight_bits=7): "
+        "compare them on your data"
     )
 
 
@@ -132,10 +144,34 @@ def _group(node: onnx.NodeProto) -> int:
     return next((a.i for a in node.attribute if a.name == "group"), 1)
 
 
+def _pairs_overflow(op: onnx.NodeProto, w: np.ndarray) -> bool:
+    """Whether some pair of ``w``'s codes, in the order ``op``'s u8 x s8 GEMM pairs them
+    (ort_pairs.pair_partners), breaks eq. (12m): a uint8 input can saturate it. A
+    ConvTranspose's pairing is not modelled: any |w| > 64 counts."""
+    t = op.op_type
+    trans_b = next((a.i for a in op.attribute if a.name == "transB"), 0)
+    if t in _CONV_OPS and w.ndim >= 3:
+        rows, partners = w.reshape(w.shape[0], -1), pair_partners("Conv", w.shape)
+    elif t == "DynamicQuantizeLSTM" and w.ndim == 3:  # W / R [D, K, 4H]
+        rows = np.moveaxis(w, 1, 2).reshape(-1, w.shape[1])
+        partners = pair_partners("LSTM", rows.shape)
+    elif t in ("MatMul", "Gemm", "QGemm", *_MATMUL_OPS) and w.ndim == 2:
+        rows = w if trans_b else w.T
+        partners = pair_partners(t, w.shape, trans_b=bool(trans_b))
+    else:
+        return True
+    return bool(pair_excess(rows, partners).any())
+
+
+# integer ops whose weight is [K, N]
+_MATMUL_OPS = ("QLinearMatMul", "MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul")
+
+
 def saturating_weights(model: onnx.ModelProto) -> list[str]:
     """Names of the constant int8 weights of ``model`` (an onnx.ModelProto, main graph)
-    that ONNX Runtime's u8 x s8 GEMM can saturate on a CPU without VNNI: some |w| > 64,
-    read by an integer GEMM op or by a DequantizeLinear whose output is a Conv / MatMul /
+    that ONNX Runtime's u8 x s8 GEMM can saturate on a CPU without VNNI: a pair of codes
+    in the reader's order whose same-sign magnitudes add past 128 (eq. (12m), any |w| > 64
+    for a ConvTranspose), read by an integer GEMM op or by a DequantizeLinear whose output is a Conv / MatMul /
     Gemm weight (which ORT fuses). Depthwise Conv weights are left out: ORT's depthwise
     kernels widen them to int16. Weights in external data not loaded are left out (no
     claim without the values)."""
@@ -168,6 +204,9 @@ def saturating_weights(model: onnx.ModelProto) -> list[str]:
         w = numpy_helper.to_array(t)
         if not w.size or int(np.abs(w.astype(np.int32)).max()) <= 64:
             continue
-        if any(not (op.op_type in _CONV_OPS and is_depthwise(_group(op), w.shape)) for op in readers):
+        if any(
+            not (op.op_type in _CONV_OPS and is_depthwise(_group(op), w.shape)) and _pairs_overflow(op, w)
+            for op in readers
+        ):
             found.append(name)
     return found

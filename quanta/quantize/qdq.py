@@ -948,6 +948,73 @@ def seven_bit(t: TensorPlan, recipe: Recipe) -> bool:
     return recipe.weight_bits == 7 and t.storage.bits == 8 and not t.depthwise
 
 
+#: ops whose constant weight (input 1) ONNX Runtime's QDQ fusion hands to its u8·s8 GEMM
+#: (the pairing of a ConvTranspose is not modelled: left alone)
+_ORT_U8S8_OPS = ("Conv", "MatMul", "Gemm")
+
+
+def pair_safe_codes(graph: Graph, plan: QdqPlan, recipe: Recipe) -> int:
+    """Eq. (12m) (``recipe.weight_pairs`` "ort" / "ort_rows", quanta.quantize.ort_pairs) on every int8
+    weight that ONNX Runtime's saturating u8·s8 GEMM reads: a Conv / MatMul / Gemm weight
+    whose layer input is uint8, not depthwise. Codes chosen beforehand (GPTQ, which keeps
+    eq. (12m) itself) stay unless a pair breaks it; the others are nearest rounding with
+    each pair that breaks it moved to the nearest pair that keeps it
+    (ort_pairs.project_pairs). Call after the rounding, before bias correction and
+    insert_qdq. Returns the number of codes moved."""
+    if recipe.weight_pairs not in ("ort", "ort_rows"):
+        return 0
+    from quanta.quantize.ort_pairs import pair_partners, project_pairs
+    from quanta.quantize.params import quant_range
+
+    by_name = {v.name: v for v in graph.values()}
+    moved = 0
+    for d in plan.decisions:
+        roles = dict(d.inputs)
+        node = d.node
+        if not d.quantize or node.op_type not in _ORT_U8S8_OPS or 0 not in roles or 1 not in roles:
+            continue
+        x_t, w_t = plan.tensors[roles[0]], plan.tensors[roles[1]]
+        q, qx = w_t.qtype, x_t.qtype
+        if w_t.role != "weight" or q is None or qx is None or q.block is not None:
+            continue
+        if not (q.storage.signed and q.storage.bits == 8) or qx.storage.signed or qx.storage.bits != 8:
+            continue
+        w = np.asarray(by_name[w_t.name].const, np.float32)
+        group = int(node.attrs.get("group", 1))
+        if node.op_type == "Conv" and (w.ndim < 3 or is_depthwise(group, w.shape)):
+            continue
+        if node.op_type != "Conv" and w.ndim != 2:
+            continue
+        qmin, qmax = quant_range(q.storage, symmetric=w_t.symmetric, reduce_range=seven_bit(w_t, recipe))
+        if max(qmax, -qmin) <= 64:
+            continue  # every pair sum is at most 128
+        scale, zp = q.scale_array(), q.zero_point_array()
+        codes = w_t.codes
+        if codes is None:
+            codes = quantize_linear(w, scale, zp, axis=q.axis, dtype=q.storage.numpy)
+        # the real codes nearest rounding rounds (eq. (2): the quotient in float32)
+        shape = [1] * w.ndim
+        if q.axis is not None:
+            shape[q.axis] = -1
+        u = (w / np.asarray(scale, np.float32).reshape(shape)).astype(np.float64)
+        u += np.asarray(zp, np.float64).reshape(shape)
+        trans_b = bool(node.attrs.get("transB", 0))
+        partners = pair_partners(node.op_type, w.shape, trans_b=trans_b)
+        # quanta's [rows, K] layout: the pairs along the last axis
+        if node.op_type == "Conv":
+            c2, u2 = codes.reshape(w.shape[0], -1), u.reshape(w.shape[0], -1)
+        elif trans_b:
+            c2, u2 = codes, u
+        else:
+            c2, u2 = codes.T, u.T
+        new, n = project_pairs(u2, c2, partners, qmin, qmax)
+        if n:
+            new = new.reshape(w.shape) if node.op_type == "Conv" else (new if trans_b else new.T)
+            w_t.codes = np.ascontiguousarray(new.astype(q.storage.numpy))
+            moved += n
+    return moved
+
+
 def _weight_type(w: np.ndarray, t: TensorPlan, expressed: FloatType, recipe: Recipe) -> QuantType:
     reduce = seven_bit(t, recipe)
     if t.block is not None and t.axis is not None:

@@ -72,6 +72,11 @@ class CalibrationMethod(enum.Enum):
 #: Recipe.other_ranges: how the tensors outside eq. (22) get their range
 OTHER_RANGES = ("auto", "minmax", "mse")
 WEIGHT_ROUNDING = ("gptq", "gptq_cd", "gptaq", "nearest")
+#: Recipe.weight_pairs: "ort" keeps every pair of int8 codes ONNX Runtime's saturating
+#: u8·s8 kernels add in int16 inside it (quanta.quantize.ort_pairs, eq. (12m)); "ort_rows"
+#: also lets each GPTQ-rounded output row take the 7-bit grid where that errs less (eq. (12n));
+#: "off" does neither
+WEIGHT_PAIRS = ("ort", "ort_rows", "off")
 
 
 class RecurrentMode(enum.Enum):
@@ -218,6 +223,15 @@ class Recipe:
     # avx2 kernels use vpmaddubsw exactly, and so does ONNX Runtime there (docs/kernels.md
     # "AVX2"); a depthwise Conv's weights stay on 8 bits (qdq.seven_bit). 8: the full range.
     weight_bits: int = 8
+    # "ort": int8 weights of full range whose pairs, in ONNX Runtime's order, no uint8
+    # input can overflow in its saturating int16 (vpmaddubsw on CPUs without VNNI): the
+    # rounding (nearest, GPTQ, gptq_cd) clamps the second code of each same-sign pair
+    # whose magnitudes would add past 128 (quanta.quantize.ort_pairs, docs/debugger.md
+    # eq. (12m)); the file is then exact in ORT on every CPU, one bit kept against
+    # weight_bits = 7. "ort_rows": "ort", and each output row of a GPTQ-rounded layer takes
+    # the 7-bit grid of the same range where that errs less on GPTQ's objective (eq. (12n)).
+    # "off": each code on the full grid
+    weight_pairs: str = "off"
     weight_block_size: int = 32  # used when weight_type is int4/uint4 (per-block along K)
     op_types: frozenset[str] = DEFAULT_OP_TYPES
     exclude: tuple[str, ...] = ()  # node names, or regular expressions matched in full
@@ -337,6 +351,10 @@ class Recipe:
         if self.weight_bits == 7 and self.weight_type.lower() not in ("int8", "uint8"):
             raise RecipeError(
                 f"weight_bits: 7 applies to int8/uint8 weights, got weight_type {self.weight_type!r}"
+            )
+        if self.weight_pairs not in WEIGHT_PAIRS:
+            raise RecipeError(
+                f"weight_pairs: expected one of {', '.join(WEIGHT_PAIRS)}, got {self.weight_pairs!r}"
             )
         if self.weight_rounding not in WEIGHT_ROUNDING:
             raise RecipeError(

@@ -147,7 +147,12 @@ class LstmWeights:
             rows = wdata.reshape(d * n, k) if per_channel else wdata.reshape(d, n * k)
             plan = TensorPlan(w.name, "weight", I8, True, axis=0)
             qw = _weight_type(rows, plan, F32, self.recipe)
-            q = quantize_linear(rows, qw.scale_array(), qw.zero_point_array(), axis=0).reshape(d, n, k)
+            q = quantize_linear(rows, qw.scale_array(), qw.zero_point_array(), axis=0)
+            if self.recipe.weight_pairs in ("ort", "ort_rows"):
+                # eq. (12m): ORT's DynamicQuantizeLSTM multiplies uint8 x by these codes in
+                # its saturating u8·s8 GEMM, paired along K (the last axis here)
+                q = self._pair_safe(rows, qw, q, k)
+            q = q.reshape(d, n, k)
             shape = (d, n) if per_channel else (d,)
             wq = g.add_initializer(
                 g.fresh_name(f"{w.name}_quantized"), np.ascontiguousarray(q.transpose(0, 2, 1))
@@ -158,6 +163,18 @@ class LstmWeights:
             zp = g.add_initializer(g.fresh_name(f"{w.name}_zero_point"), np.zeros(shape, np.int8))
             self.entries[key] = (wq, scale, zp)
         return self.entries[key]
+
+    @staticmethod
+    def _pair_safe(rows: np.ndarray, qw, q: np.ndarray, k: int) -> np.ndarray:
+        """``q`` (int8 [rows, n·K / K], per row ``qw``) with eq. (12m) on every K-pair
+        (ort_pairs.project_pairs; symmetric codes, zero point 0)."""
+        from quanta.quantize.ort_pairs import k_partners, project_pairs
+
+        u = rows.astype(np.float32) / qw.scale_array().astype(np.float32).reshape(-1, 1)
+        r = rows.shape[0]
+        u2, q2 = u.reshape(-1, k).astype(np.float64), q.reshape(-1, k)
+        new, _ = project_pairs(u2, q2, k_partners(k), -127, 127)
+        return new.reshape(r, -1).astype(np.int8)
 
 
 def rewrite_lstm(node: Node, weights: LstmWeights) -> Node:

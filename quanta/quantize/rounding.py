@@ -34,6 +34,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from quanta.kernels.reference.conv_geometry import is_depthwise
+from quanta.quantize.ort_pairs import PAIR_LIMIT, pair_bounds, pair_partners, project_pairs
+
 if TYPE_CHECKING:
     from quanta.quantize.recipe import Recipe
 
@@ -87,6 +90,7 @@ def gptq_round_groups(
     *,
     damp: float = 0.01,
     native: bool = True,
+    partners: np.ndarray | None = None,
 ) -> np.ndarray:
     """:func:`gptq_round` for G independent groups at once (a grouped or depthwise Conv:
     ``w`` [G, rows, K], ``s`` [G, rows], ``h`` [G, K, K]); the column loop runs once for
@@ -98,14 +102,20 @@ def gptq_round_groups(
     H = V D Vᵀ, which one Cholesky factorization gives without inverting anything.
 
     The column loop of each block runs natively when the module is built (``native=False``:
-    the NumPy loop below, which computes the same integers)."""
+    the NumPy loop below, which computes the same integers).
+
+    ``partners`` (ort_pairs.pair_partners, [K]): ONNX Runtime's pair of each column; a
+    column rounded after its partner is clamped to the range eq. (12m) leaves it
+    (docs/debugger.md), and its clamp error is fed forward as any rounding error. The
+    bound differs per entry, so these layers take the NumPy loop."""
     w = np.array(w, np.float64)
     s = np.asarray(s, np.float64)
     v = _unit_upper_factors(np.array(h, np.float64), damp)
     g, rows, k = w.shape
     q = np.empty_like(w)
     d = np.empty_like(w)
-    column_loop = _native_column_loop() if native else None
+    pairs = partners is not None and bool(np.any(partners >= 0))
+    column_loop = _native_column_loop() if native and not pairs else None
     s_c = np.ascontiguousarray(s)
     # the rows are independent inside a block: they run in chunks whose part of the block
     # stays in cache (an 8210-row CTC head's block is 8 MB), and the rank-1 products go
@@ -133,7 +143,12 @@ def gptq_round_groups(
             for j in range(n):
                 # the clip ufuncs directly: np.clip's wrappers cost more than the
                 # arithmetic of a column (a 4608-wide layer: as many calls)
-                qj = np.minimum(np.maximum(np.rint(wr[:, :, j] / sr), qmin), qmax)
+                p = int(partners[b0 + j]) if pairs else -1  # type: ignore[index]
+                if 0 <= p < b0 + j:  # eq. (12m): the partner is already rounded
+                    lo, hi = pair_bounds(q[:, r0:r1, p], qmin, qmax)
+                    qj = np.minimum(np.maximum(np.rint(wr[:, :, j] / sr), lo), hi)
+                else:
+                    qj = np.minimum(np.maximum(np.rint(wr[:, :, j] / sr), qmin), qmax)
                 q[:, r0:r1, b0 + j] = qj
                 dj = w[:, r0:r1, b0 + j] - sr * qj
                 d[:, r0:r1, b0 + j] = dj
@@ -159,6 +174,7 @@ def refine_rounding(
     *,
     damp: float = 0.01,
     sweeps: int = SWEEPS,
+    partners: np.ndarray | None = None,
 ) -> np.ndarray:
     """Eq. (12k): cyclic coordinate descent from the integers ``q`` on GPTQ's objective
     ‖(W − s·Q) x‖² + λ‖W − s·Q‖² (docs/debugger.md; arrays as in
@@ -169,7 +185,9 @@ def refine_rounding(
     grid; then R −= s t H_j. Every step lowers the objective or leaves it, so the result
     is never worse than ``q`` on the data of ``h``; the columns run in order, the rows
     and groups at once, all in float64 elementwise operations after one product per
-    sweep (the same integers on every run)."""
+    sweep (the same integers on every run). With ``partners`` (:func:`gptq_round_groups`)
+    a move keeps eq. (12m): t is clamped to the range the partner's current code leaves,
+    so ``q``, pair-safe, stays pair-safe."""
     w = np.asarray(w, np.float64)
     s3 = np.asarray(s, np.float64)[..., None]
     hd = np.array(h, np.float64)
@@ -186,7 +204,11 @@ def refine_rounding(
         for j in range(k):
             hjj = hd[:, j, j][:, None]  # [G, 1]
             t = np.rint(r[:, :, j] / (s3[..., 0] * hjj))
-            t = np.minimum(np.maximum(t, qmin - q[:, :, j]), qmax - q[:, :, j])
+            if partners is not None and partners[j] >= 0:  # eq. (12m) against the partner's code
+                lo, hi = pair_bounds(q[:, :, partners[j]], qmin, qmax)
+            else:
+                lo, hi = qmin, qmax
+            t = np.minimum(np.maximum(t, lo - q[:, :, j]), hi - q[:, :, j])
             moved = t != 0
             if not moved.any():
                 continue
@@ -208,6 +230,7 @@ def refine_held_out(
     codes: np.ndarray,
     qmin: int,
     qmax: int,
+    partners: np.ndarray | None = None,
 ) -> np.ndarray:
     """Eq. (12l): per output row, eq. (12k)'s refinement of ``codes`` (fitted on every
     sample) where it carries over to samples it did not see, else ``codes``. The check
@@ -226,13 +249,27 @@ def refine_held_out(
         d = w - s[..., None] * q
         return np.einsum("grk,grk->gr", np.matmul(d, h_val), d)
 
-    near = np.clip(np.rint(w / s[..., None]), qmin, qmax)
+    near = nearest_codes(w, s, qmin, qmax, partners)
     from_near = np.all(codes == near, axis=-1, keepdims=True)
-    start = np.where(from_near, near, gptq_round_groups(w, s, h_fit, qmin, qmax))
-    wins = loss(refine_rounding(w, s, h_fit, start, qmin, qmax)) < loss(start)
+    start = np.where(from_near, near, gptq_round_groups(w, s, h_fit, qmin, qmax, partners=partners))
+    wins = loss(refine_rounding(w, s, h_fit, start, qmin, qmax, partners=partners)) < loss(start)
     if not wins.any():
         return codes
-    return np.where(wins[..., None], refine_rounding(w, s, h_full, codes, qmin, qmax), codes)
+    refined = refine_rounding(w, s, h_full, codes, qmin, qmax, partners=partners)
+    return np.where(wins[..., None], refined, codes)
+
+
+def nearest_codes(
+    w: np.ndarray, s: np.ndarray, qmin: int, qmax: int, partners: np.ndarray | None = None
+) -> np.ndarray:
+    """Nearest rounding of ``w`` [G, rows, K] with per-row ``s`` [G, rows]; with
+    ``partners`` (:func:`gptq_round_groups`) every pair that breaks eq. (12m) is moved to
+    the nearest pair that keeps it (ort_pairs.project_pairs)."""
+    u = w / s[..., None]
+    near = np.clip(np.rint(u), qmin, qmax)
+    if partners is None:
+        return near
+    return project_pairs(u, near, partners, qmin, qmax)[0].astype(np.float64)
 
 
 def _native_column_loop():
@@ -746,16 +783,22 @@ def _apply_rounding(graph, plan, layers: list[RoundedLayer], recipe: Recipe) -> 
         full, half = _summed_hessians(readers, steps)
         odd_rows, rows = sum(r.odd_rows for r in readers), sum(r.rows for r in readers)
         sg = scale.reshape(g, -1)
-        codes = gptq_round_groups(wg, sg, full, qmin, qmax)
+        pairs = _ort_pairs(readers, w.shape, q.storage, qmax, recipe)
+        codes = gptq_round_groups(wg, sg, full, qmin, qmax, partners=pairs)
         if 0 < odd_rows < rows:
-            codes = _held_out(wg, sg, full - half, half, codes, qmin, qmax)
+            codes = _held_out(wg, sg, full - half, half, codes, qmin, qmax, pairs)
         if recipe.weight_rounding == "gptq_cd":
             # eqs. (12k)-(12l): coordinate descent from GPTQ's integers, per row where
             # it carries over to the held-out half
             if 0 < odd_rows < rows:
-                codes = refine_held_out(wg, sg, full, half, codes, qmin, qmax)
+                codes = refine_held_out(wg, sg, full, half, codes, qmin, qmax, pairs)
             else:
-                codes = refine_rounding(wg, sg, full, codes, qmin, qmax)
+                codes = refine_rounding(wg, sg, full, codes, qmin, qmax, partners=pairs)
+        if pairs is not None and recipe.weight_pairs == "ort_rows" and len(q.scale) == w2.shape[0]:
+            # eq. (12n): per row, the 7-bit grid where the pair constraint costs more
+            held = 0 < odd_rows < rows
+            codes, s_rows = _narrow_rows(wg, sg, full, half if held else None, codes, qmax, pairs)
+            _set_weight_scales(plan, keys, q, s_rows.reshape(-1))
         chosen = layer.from_2d(codes.reshape(w2.shape), w.shape).astype(q.storage.numpy)
         for key in keys:
             plan.tensors[key].codes = chosen
@@ -763,6 +806,87 @@ def _apply_rounding(graph, plan, layers: list[RoundedLayer], recipe: Recipe) -> 
     for layer in layers:
         layer.drop_queued()
     return n
+
+
+#: the narrower grids eq. (12n) offers each row besides the full one: 64, every pair
+#: inside eq. (12m) (the 7-bit grid). A grid m > 64 would stay under eq. (12m)'s
+#: constraint, which binds less there (at 96 a largest code leaves its partner 32);
+#: offering 96 too lost 3.8 dB on capspot_sim's held-out pairs and 0.01 F1 on
+#: ddddocr_det for +0.5 dB on EfficientNet-Lite0 (benchmarks/results/2026-12-07c-pairsafe11.md)
+NARROW_GRIDS: tuple[int, ...] = (64,)
+
+
+def _narrow_rows(
+    w: np.ndarray,
+    s: np.ndarray,
+    h_full: np.ndarray,
+    h_val: np.ndarray | None,
+    codes: np.ndarray,
+    qmax: int,
+    partners: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Eq. (12n): per output row, the pair-constrained 8-bit ``codes`` (scale ``s``) or
+    GPTQ on a narrower grid [−m, m] of the same range (scale s·qmax/m, m in
+    :data:`NARROW_GRIDS`; under eq. (12m) with ``partners`` where m > 64, every pair
+    inside it at m = 64), whichever errs least on the layer's objective d H dᵀ (with
+    ``h_val``, the held-out check of eq. (12c) for each grid's codes too). Returns
+    (codes, scales) [G, rows, K], [G, rows]."""
+
+    def loss(q: np.ndarray, sc: np.ndarray) -> np.ndarray:
+        d = w - sc[..., None] * q
+        return np.einsum("grk,grk->gr", np.matmul(d, h_full), d)
+
+    best_q, best_s, best = codes, s, loss(codes, s)
+    for m in NARROW_GRIDS:
+        sm = (s * (qmax / m)).astype(np.float32).astype(np.float64)
+        p = partners if m > PAIR_LIMIT // 2 else None
+        cm = gptq_round_groups(w, sm, h_full, -m, m, partners=p)
+        if h_val is not None:
+            cm = _held_out(w, sm, h_full - h_val, h_val, cm, -m, m, p)
+        lm = loss(cm, sm)
+        better = lm < best
+        best_q = np.where(better[..., None], cm, best_q)
+        best_s = np.where(better, sm, best_s)
+        best = np.where(better, lm, best)
+    return best_q, best_s
+
+
+def _set_weight_scales(plan, keys: list[str], q, scales: np.ndarray) -> None:
+    """The weight ``keys`` take per-row ``scales`` (float32 values) in place of ``q``'s; the
+    biases of their layers follow (eq. (6): s_b = s_x·s_w)."""
+    from dataclasses import replace
+
+    from quanta.quantize.params import bias_params
+
+    new = replace(q, scale=tuple(float(v) for v in scales.astype(np.float32)))
+    for key in keys:
+        plan.tensors[key].qtype = new
+    for t in plan.tensors.values():
+        if t.role == "bias" and t.bias_of is not None and t.bias_of[1] in keys and t.qtype is not None:
+            x_t = plan.tensors.get(t.bias_of[0])
+            if x_t is not None and x_t.qtype is not None:
+                t.qtype = bias_params(x_t.qtype, new)
+
+
+def _ort_pairs(
+    readers: list[RoundedLayer], shape: tuple[int, ...], storage, qmax: int, recipe: Recipe
+) -> np.ndarray | None:
+    """ONNX Runtime's pair partners of the weight's columns (ort_pairs.pair_partners)
+    when ``recipe.weight_pairs`` is "ort" / "ort_rows" and some reader meets ORT's saturating u8·s8
+    GEMM: int8 codes that can pass 64, a uint8 input, not a depthwise Conv; else None."""
+    if (
+        recipe.weight_pairs not in ("ort", "ort_rows")
+        or not storage.signed
+        or storage.bits != 8
+        or qmax <= PAIR_LIMIT // 2
+    ):
+        return None
+    layer = readers[0]
+    for r in readers:
+        u8_input = r.x_range[0] >= 0 and r.x_range[1] <= 255
+        if u8_input and not (r.op == "Conv" and is_depthwise(r.groups, shape)):
+            return pair_partners(layer.op, shape, trans_b=bool(layer.attrs.get("transB", 0)))
+    return None
 
 
 def _summed_hessians(readers: list[RoundedLayer], steps: list[float | None]) -> tuple[np.ndarray, np.ndarray]:
@@ -845,6 +969,7 @@ def _held_out(
     codes: np.ndarray,
     qmin: int,
     qmax: int,
+    partners: np.ndarray | None = None,
 ) -> np.ndarray:
     """Eq. (12c): per output row, GPTQ's ``codes`` (fitted on every sample) where GPTQ
     fitted on the even samples alone beats nearest rounding on the odd samples' rows,
@@ -855,7 +980,7 @@ def _held_out(
     single = w.ndim == 2
     if single:
         w, s, h_fit, h_val, codes = w[None], s[None], h_fit[None], h_val[None], codes[None]
-    near = np.clip(np.rint(w / s[..., None]), qmin, qmax)
+    near = nearest_codes(w, s, qmin, qmax, partners)
 
     def loss(q: np.ndarray) -> np.ndarray:
         # d H dᵀ per row as a batched matmul, then the row dot: a three-operand einsum
@@ -864,6 +989,6 @@ def _held_out(
         d = w - s[..., None] * q
         return np.einsum("grk,grk->gr", np.matmul(d, h_val), d)
 
-    fit = gptq_round_groups(w, s, h_fit, qmin, qmax)
+    fit = gptq_round_groups(w, s, h_fit, qmin, qmax, partners=partners)
     out = np.where((loss(fit) < loss(near))[..., None], codes, near)
     return out[0] if single else out

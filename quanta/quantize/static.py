@@ -69,6 +69,7 @@ from quanta.quantize.qdq import (
     correct_biases,
     depthwise_only_inputs,
     insert_qdq,
+    pair_safe_codes,
     plan_qdq,
     resolve_params,
 )
@@ -708,6 +709,7 @@ def quantize_static(
         resolve_params(graph, plan, ranges, recipe)
         if round_weights is not None:
             round_weights(graph, plan)
+        pair_safe_codes(graph, plan, recipe)  # eq. (12m), weight_pairs="ort"
         if recipe.bias_correction:
             correct_biases(graph, plan, means)
         if round_weights is not None and recipe.weight_rounding == "gptaq":
@@ -723,6 +725,7 @@ def quantize_static(
                     yield with_defaults(feed, graph)
 
             reconstruct(model, plan, recipe, feeds)
+            pair_safe_codes(graph, plan, recipe)
         quantize_bodies(bodies, model, ranges, dict(body_float), means, recipe)
         insert_qdq(graph, plan)
         settle_dq_propagation(graph, model.opset_imports.get("", 0))
