@@ -144,16 +144,22 @@ def _with_fallback(op_type: str, domain: str = "") -> Callable[[Callable[..., An
             if out is None:
                 return y
             if isinstance(out, tuple):
-                for place, value in zip(out, y, strict=True):
-                    if place is not None:
-                        np.copyto(place, value)
-                return tuple(value if place is None else place for place, value in zip(out, y, strict=True))
+                return _into_places(out, y)
             np.copyto(out, y)
             return out
 
         return kernel
 
     return deco
+
+
+def _into_places(out: tuple, values: Any) -> tuple:
+    """Each output copied into its place (``Kernel.out_all``); an omitted output's place
+    is None and its value is handed on as it is."""
+    for place, value in zip(out, values, strict=True):
+        if place is not None:
+            np.copyto(place, value)
+    return tuple(value if place is None else place for place, value in zip(out, values, strict=True))
 
 
 _Tables = BoundedCache  # per-node tables and derived constants (targets/native/_cache.py)
@@ -450,12 +456,7 @@ def _dynamic_quantize_linear_native(ctx: Any, x: Any, *, prepared: Any, out: Any
     if places is not None and _dql_writes_places():
         return tuple(_native().dynamic_quantize_linear_into(x, *places, _threads(ctx)))
     res = tuple(_native().dynamic_quantize_linear(x, _threads(ctx)))
-    if out is None:
-        return res
-    for place, value in zip(out, res, strict=True):
-        if place is not None:
-            np.copyto(place, value)
-    return tuple(value if place is None else place for place, value in zip(out, res, strict=True))
+    return res if out is None else _into_places(out, res)
 
 
 @register_binder("DynamicQuantizeLinear")
@@ -510,9 +511,7 @@ def _dynamic_quantize_linear_specialized(
         # the runtime reads the outputs from their places (a recorded reader of the
         # scale): the new arrays are copied there
         def copied(x: np.ndarray) -> tuple:
-            for place, value in zip(places, dql(x, threads), strict=True):
-                np.copyto(place, value)
-            return places
+            return _into_places(places, dql(x, threads))
 
         return guarded(copied, _dynamic_quantize_linear_native, {"prepared": prepared}, places)
     return guarded(
