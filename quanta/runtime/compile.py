@@ -299,7 +299,7 @@ def assign_slots(model: Model, target: Target, kernels: list[Kernel], num_thread
                     f"nor the output of an earlier node"
                 )
         outs = [None if not v.name else add(v, SlotKind.INTERMEDIATE) for v in node.outputs]
-        if kernel.out and len(node.outputs) != 1:
+        if kernel.out and not kernel.out_all and len(node.outputs) != 1:
             raise TargetError(
                 f"node {node.label}: kernel {kernel.name} takes out= but the node has {len(outs)} outputs"
             )

@@ -645,6 +645,8 @@ class Executor(Executable):
             and s.outputs[0] is not None
             and s.outputs[0] in memory.offsets
             and s.index not in roots
+            # a kernel of several outputs writes all of them, or none, into the arena
+            and (not s.kernel.out_all or all(o is None or o in memory.offsets for o in s.outputs))
         ]
         root_outs = [o for k in roots for o in plan.steps[k].outputs if o is not None and o in memory.offsets]
         speculation = Speculation() if speculate else None
@@ -663,13 +665,20 @@ class Executor(Executable):
             return arena[off : off + nbytes[o]].view(dtype).reshape(shape)
 
         resident = set()
-        views: dict[int, np.ndarray] = {}
+        views: dict[int, Any] = {}  # step -> its out= (a view, or a tuple of them: out_all)
+        slot_views: dict[int, np.ndarray] = {}
         for s in out_steps:
-            o = s.outputs[0]
-            view = views[s.index] = view_of(o)
+            places = [
+                (o, view_of(o)) for o in (s.outputs if s.kernel.out_all else s.outputs[:1]) if o is not None
+            ]
+            slot_views.update(places)
+            resident.update(o for o, _ in places)
+            if s.kernel.out_all:
+                views[s.index] = tuple(None if o is None else slot_views[o] for o in s.outputs)
+            else:
+                views[s.index] = places[0][1]
             k, fn, ctx, ins, n_in, out1, outs, frees, kw = steps[s.index]
-            steps[s.index] = (k, fn, ctx, ins, n_in, out1, outs, frees, {**(kw or {}), "out": view})
-            resident.add(o)
+            steps[s.index] = (k, fn, ctx, ins, n_in, out1, outs, frees, {**(kw or {}), "out": views[s.index]})
         root_views = {o: view_of(o) for o in root_outs}
         resident.update(root_views)
         self._specialize(steps, specs, captured or {}, views, unstable, roots)
@@ -691,7 +700,7 @@ class Executor(Executable):
         bound = BoundRun(
             steps, specs, memory, arena, frozenset(resident), speculation=speculation, roots=roots
         )
-        bound.slot_views = {s.outputs[0]: views[s.index] for s in out_steps} | root_views
+        bound.slot_views = slot_views | root_views
         return bound
 
     def _check_roots(
@@ -820,7 +829,7 @@ class Executor(Executable):
                 consts=values,
                 out_shape=tuple(specs[o][0]),
                 out_dtype=specs[o][1],
-                out=place if step.kernel.out else None,
+                out=place if step.kernel.out and not step.kernel.out_all else None,
                 num_threads=max(1, int(getattr(step.ctx, "num_threads", 1) or 1)),
                 ctx=step.ctx,
             )
@@ -858,7 +867,7 @@ class Executor(Executable):
         steps: list[_StepTuple],
         specs: Specs,
         captured: dict[int, np.ndarray],
-        views: dict[int, np.ndarray],
+        views: dict[int, Any],
         unstable: frozenset[int] | None = None,
         roots: frozenset[int] = frozenset(),
     ) -> None:

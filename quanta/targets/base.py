@@ -19,6 +19,9 @@ Kernel calling convention (extends the reference contract of
 - when ``kernel.out`` is True the kernel also accepts ``out=`` (None, or a preallocated
   C-contiguous array of the output's shape and dtype, a view into the runtime's arena);
   it writes its single output there and returns it. A kernel never keeps ``out``.
+  With ``kernel.out_all`` as well, the node may have several outputs and ``out=`` is
+  None or a tuple of one place per output (None for an omitted one); the kernel writes
+  each output into its place and returns the tuple.
 
 Optionally a kernel offers ``specialize`` (:class:`Specialization`): once the runtime
 knows the shapes and dtypes of one input signature, it asks for a callable valid for
@@ -71,6 +74,10 @@ class Kernel:
     fallback: str = ""
     params: dict[str, Any] = field(default_factory=dict)
     out: bool = False
+    #: with ``out``: ``out=`` is a tuple of places, one per output of the node (module
+    #: docstring), so a kernel of several outputs (DynamicQuantizeLinear's codes, scale
+    #: and zero point) writes all of them into the arena
+    out_all: bool = False
     #: If / Loop / Scan: attribute name -> its compiled subgraph (the runtime's
     #: ``quanta.runtime.control_flow.Body``); empty for every other kernel
     bodies: dict[str, Any] = field(default_factory=dict)
@@ -90,7 +97,8 @@ class Specialization:
     / ``out_dtype`` of the first output, as every run of the signature has them;
     ``consts``: each input's value when it is the same on every run of the signature
     (an initializer, or a value computed from shapes alone), else None; ``out``: the
-    arena view the output must be written to, or None (allocate); ``num_threads``: the
+    arena view the output must be written to, or None (allocate); a tuple of views, one
+    per output, for a kernel with ``out_all``; ``num_threads``: the
     session's count, which a specialized call may lower for a step too small to share
     (results never depend on it); ``ctx``: the step's kernel context.
 
@@ -105,7 +113,7 @@ class Specialization:
     consts: tuple[np.ndarray | None, ...]
     out_shape: tuple[int, ...] | None
     out_dtype: np.dtype | None
-    out: np.ndarray | None
+    out: np.ndarray | tuple[np.ndarray | None, ...] | None
     num_threads: int
     ctx: Any = None
 

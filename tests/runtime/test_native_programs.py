@@ -9,11 +9,13 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import quanta
 from quanta.kernels import native_available
+from quanta.runtime.execute import _PROGRAM
 
 pytestmark = pytest.mark.skipif(not native_available(), reason="the native extension is not built")
 
@@ -344,3 +346,110 @@ def test_a_requantizing_concat_runs_in_the_program() -> None:
         assert got.tobytes() == loop.tobytes() == want.tobytes()
     (bound,) = sess.executor.bound_runs().values()
     assert bound.program_steps[0] == 1  # the concat (the three Q read feeds, the DQ writes y)
+
+
+def _dynamic_attention_model(path) -> None:
+    """A float block that ONNX Runtime's quantize_dynamic turns into DynamicQuantizeLinear
+    before each of its three MatMuls by constants (x [7, 300] · [300, 17], then [17, 33]
+    and [33, 17]: K > 258 once, odd N), with LayerNormalizations, a Softmax and a
+    run-time Q·Kᵀ between them, in the written order of a tiny encoder layer. The first
+    norm and the last Relu keep the feed and the graph output (the caller's arrays,
+    read and written from the Python loop) away from the quantized chain."""
+    rng = np.random.default_rng(41)
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "g0", "beta0"], ["x0"], name="norm0", axis=-1),
+        helper.make_node("MatMul", ["x0", "w1"], ["h"], name="proj"),
+        helper.make_node("LayerNormalization", ["h", "g", "beta"], ["n"], name="norm", axis=-1),
+        helper.make_node("MatMul", ["n", "w2"], ["u"], name="up"),
+        helper.make_node("Transpose", ["u"], ["ut"], name="t", perm=[1, 0]),
+        helper.make_node("MatMul", ["u", "ut"], ["scores"], name="qk"),
+        helper.make_node("Softmax", ["scores"], ["p"], name="softmax", axis=-1),
+        helper.make_node("MatMul", ["p", "u"], ["c"], name="pv"),
+        helper.make_node("MatMul", ["c", "w3"], ["d"], name="down"),
+        helper.make_node("Relu", ["d"], ["y"], name="relu"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "dynamic_block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [7, 300])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [7, 17])],
+        [
+            _const("g0", rng.uniform(0.5, 1.5, 300).astype(np.float32)),
+            _const("beta0", rng.normal(0, 0.2, 300).astype(np.float32)),
+            _const("w1", rng.normal(0, 0.1, (300, 17)).astype(np.float32)),
+            _const("g", rng.uniform(0.5, 1.5, 17).astype(np.float32)),
+            _const("beta", rng.normal(0, 0.2, 17).astype(np.float32)),
+            _const("w2", rng.normal(0, 0.3, (17, 33)).astype(np.float32)),
+            _const("w3", rng.normal(0, 0.3, (33, 17)).astype(np.float32)),
+        ],
+    )
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_onnxruntimes_dynamic_quantization_runs_inside_the_program(tmp_path, threads: int) -> None:
+    """ONNX Runtime's quantize_dynamic file: every DynamicQuantizeLinear writes its codes,
+    scale and zero point into the arena inside the program, and the GEMMs that read them
+    (MatMulIntegerToFloat) compute their multipliers from those values on each run. So no
+    step of the chain is left in the Python loop, and each run equals the loop's and the
+    reference's bytes for inputs whose ranges differ run to run.
+
+    Failure signature: a recorded GEMM that keeps the scale of the run it was recorded
+    on (right once, then off by the ratio of two ranges)."""
+    from onnxruntime.quantization import quantize_dynamic
+
+    from quanta.kernels import _native
+
+    if not hasattr(_native, "dynamic_quantize_linear_into"):
+        pytest.skip("the extension predates the recorded DynamicQuantizeLinear")
+    src, dyn = tmp_path / "block.onnx", tmp_path / "block.dyn.onnx"
+    _dynamic_attention_model(src)
+    quantize_dynamic(src, dyn)
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess = quanta.InferenceSession(str(dyn), opts)
+    plain = quanta.InferenceSession(str(dyn), opts)
+    plain.executor.native_programs = False
+    ref = quanta.InferenceSession(str(dyn), backend="reference")
+    rng = np.random.default_rng(threads)
+    for scale in (1.0, 3.0, 0.01, 40.0, 0.5):
+        feeds = {"x": (rng.normal(0.2, 1, (7, 300)) * scale).astype(np.float32)}
+        got, loop, want = sess.run(None, feeds)[0], plain.run(None, feeds)[0], ref.run(None, feeds)[0]
+        np.testing.assert_array_equal(got, loop)
+        np.testing.assert_array_equal(got, want)
+    (bound,) = sess.executor.bound_runs().values()
+    ops = [s.op_type for s in sess.plan.steps]
+    assert ops.count("DynamicQuantizeLinear") >= 3
+    assert ops.count("MatMulIntegerToFloat") >= 3
+    assert {"MlasSoftmax", "OrtLayerNorm"} <= set(ops)  # ORT's float orders on ORT's file
+    # only the step that reads the feed and the one that writes the graph output are left
+    left = {sess.plan.steps[t[0]].node.name for t in bound.fast_steps if t[2] is not _PROGRAM}
+    assert left == {"norm0", "relu"}
+    assert bound.program_steps[0] == len(sess.plan.steps) - 2
+
+
+def test_an_extension_without_the_recorded_scale_keeps_the_chain_in_the_loop(tmp_path, monkeypatch) -> None:
+    """An extension built before ``dynamic_quantize_linear_into`` (main's, until rebuilt):
+    DynamicQuantizeLinear copies its new arrays into its arena places and the GEMMs that
+    read them stay in the Python loop. Failure signature: a GEMM recorded with the scale
+    of the recording run (right once, then wrong), or a recorded reader of a place no
+    step writes (stale from the first run)."""
+    from onnxruntime.quantization import quantize_dynamic
+
+    import quanta.targets.native.elementwise as elementwise
+    import quanta.targets.native.gemm as gemm
+
+    monkeypatch.setattr(elementwise, "_dql_writes_places", lambda: False)
+    monkeypatch.setattr(gemm, "_scale_read_at_run_time", lambda: False)
+    src, dyn = tmp_path / "block.onnx", tmp_path / "block.dyn.onnx"
+    _dynamic_attention_model(src)
+    quantize_dynamic(src, dyn)
+    sess = quanta.InferenceSession(str(dyn))
+    ref = quanta.InferenceSession(str(dyn), backend="reference")
+    rng = np.random.default_rng(8)
+    for scale in (1.0, 0.02, 30.0):
+        feeds = {"x": (rng.normal(0.2, 1, (7, 300)) * scale).astype(np.float32)}
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
+    (bound,) = sess.executor.bound_runs().values()
+    left = [sess.plan.steps[t[0]].op_type for t in bound.fast_steps if t[2] is not _PROGRAM]
+    assert left.count("MatMulIntegerToFloat") == 3 and left.count("DynamicQuantizeLinear") == 3

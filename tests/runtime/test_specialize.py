@@ -1170,8 +1170,9 @@ def test_dynamic_quantize_and_matmul_integer_to_float_specialized_are_the_twin(
     """ONNX Runtime's quantize_dynamic chain (DynamicQuantizeLinear feeding a_scale and
     a_zero_point of a MatMulIntegerToFloat on a constant int8 B of 17 columns, a bias,
     per-tensor or per-column b scales and zero points): both steps take specialized
-    calls, DynamicQuantizeLinear's arrays handed on without the arena check, with the
-    reference's bytes, also for an x whose values are all zero (scale 0: the generic path)."""
+    calls, DynamicQuantizeLinear's three outputs written into their arena places (where
+    the GEMM's recorded call reads them), with the reference's bytes, also for an x whose
+    values are all zero."""
     rng = np.random.default_rng(31 + per_column)
     n = 17
     shape = (n,) if per_column else ()
@@ -1210,13 +1211,17 @@ def test_dynamic_quantize_and_matmul_integer_to_float_specialized_are_the_twin(
         feeds = {"x": rng.normal(0.3, 2, (rows, 300)).astype(np.float32)}
         np.testing.assert_array_equal(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
     assert {"dql", "mm"} <= _specialized_names_any(sess)
-    fresh = [
-        t[1]
+    dql = [
+        (bound, t)
         for bound in sess.executor.bound_runs().values()
         for t in bound.steps
         if sess.plan.steps[t[0]].node.name == "dql"
     ]
-    assert all(getattr(fn, "fresh", False) for fn in fresh)
+    assert dql
+    for bound, t in dql:
+        outs = sess.plan.steps[t[0]].outputs
+        # planned in the arena: the specialized call writes the places it returns
+        assert all(o in bound.slot_views for o in outs) and not getattr(t[1], "fresh", False)
     zeros = {"x": np.zeros((3, 300), np.float32)}
     np.testing.assert_array_equal(sess.run(None, zeros)[0], ref.run(None, zeros)[0])
 

@@ -110,6 +110,36 @@ py::tuple dynamic_quantize_linear(const py::handle& x_obj, int num_threads) {
   return py::make_tuple(y, scale, zp);
 }
 
+// DynamicQuantizeLinear into planned outputs (the executor's arena): y of x's shape, the
+// scale and zero point one value each. The kernel computes the scale and zero point from
+// x's values inside the call, so a native program's recorded step (run_or_record) gives
+// the same three outputs as the call above on every run.
+py::tuple dynamic_quantize_linear_into(const py::handle& x_obj, const py::object& y_obj, const py::handle& scale_obj,
+                                       const py::handle& zp_obj, int num_threads) {
+  auto x = require_array<float>(x_obj, "dynamic_quantize_linear_into: x");
+  check_threads(num_threads, "dynamic_quantize_linear_into");
+  auto y = make_output<uint8_t>(y_obj, shape_of(x), "dynamic_quantize_linear_into", {x});
+  auto scale = require_array<float>(scale_obj, "dynamic_quantize_linear_into: scale");
+  auto zp = require_array<uint8_t>(zp_obj, "dynamic_quantize_linear_into: zero_point");
+  if (scale.size() != 1 || zp.size() != 1) {
+    throw py::value_error("dynamic_quantize_linear_into: scale, zero_point: expected one value each, got shapes " +
+                          shape_str(shape_of(scale)) + " and " + shape_str(shape_of(zp)));
+  }
+  if (!scale.writeable() || !zp.writeable()) {
+    throw py::value_error("dynamic_quantize_linear_into: scale, zero_point: expected writeable arrays");
+  }
+  if (overlaps(scale, x) || overlaps(zp, x) || overlaps(scale, y) || overlaps(zp, y) || overlaps(scale, zp)) {
+    throw py::value_error("dynamic_quantize_linear_into: expected outputs that overlap neither x nor each other");
+  }
+  const float* px = x.data();
+  uint8_t* py_ = y.mutable_data();
+  float* ps = scale.mutable_data();
+  uint8_t* pz = zp.mutable_data();
+  const int64_t n = x.size();
+  run_or_record([=]() { elementwise::dynamic_quantize_linear(px, py_, n, ps, pz, num_threads, active_isa()); });
+  return py::make_tuple(y, scale, zp);
+}
+
 // ---- QLinearAdd / QLinearMul --------------------------------------------------------------
 
 template <typename T>
@@ -451,6 +481,10 @@ void register_elementwise(py::module_& m) {
         "DequantizeLinear u8/i8 -> f32, per-tensor or per-axis: y = f32(float32(x - zp) * scale).");
   m.def("dynamic_quantize_linear", &dynamic_quantize_linear, arg("x"), arg("num_threads") = 1,
         "DynamicQuantizeLinear f32 -> (y u8, scale f32, zero_point u8), as quantize.py (eq. (10)).");
+  m.def("dynamic_quantize_linear_into", &dynamic_quantize_linear_into, arg("x"), arg("y"), arg("scale"),
+        arg("zero_point"), arg("num_threads") = 1,
+        "DynamicQuantizeLinear f32 -> (y u8, scale f32, zero_point u8) written into the given arrays "
+        "(y of x's shape, one value each for scale and zero_point); recordable into a native program.");
   m.def("qlinear_add", &qlinear_add, arg("a"), arg("b"), arg("a_scale"), arg("a_zero_point"), arg("b_scale"),
         arg("b_zero_point"), arg("c_scale"), arg("c_zero_point"), arg("num_threads") = 1, arg("out") = none,
         "com.microsoft QLinearAdd (MLAS portable float32 steps), numpy broadcasting.");

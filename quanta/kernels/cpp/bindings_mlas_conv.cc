@@ -4,9 +4,11 @@
 //   mlas_conv_f32(x: f32 [B, G·C, H, W], w: f32 [G·F, C, kh, kw], bias: f32 [G·F] | None,
 //                 strides (sh, sw), dilations (dh, dw), pads (t, l, b, r), group,
 //                 parts: int64 [P, 6] (m0, mc, n0, cn, sk, kind), num_threads=1, out=None,
-//                 isa=None)
+//                 isa=None, alpha=1)
 //       -> y f32 [B, G·F, oh, ow]: ONNX Runtime's float Conv, eqs. (MC1)-(MC6); the parts
-//       are reference/mlas_conv.py mlas_conv_plan's for ORT's thread count
+//       are reference/mlas_conv.py mlas_conv_plan's for ORT's thread count. alpha != 1:
+//       then y = f32(y · alpha) per element, MlasMatMul's (MM4) where every part is one K
+//       block (the caller checks that), in the same recorded call
 //
 // x, w, bias and out must be C-contiguous float32 (a ValueError otherwise: the caller's
 // generic path makes the copy), so the kernel call reads and writes the caller's arrays and
@@ -53,7 +55,7 @@ void check_parts(const int64_t* s, int64_t n_parts, int64_t f, int64_t n_out) {
 py::array mlas_conv_f32(const py::handle& x_obj, const py::handle& w_obj, const py::object& bias_obj,
                         const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
                         const std::vector<int64_t>& pads, int64_t group, const py::handle& parts_obj, int num_threads,
-                        const py::object& out_obj, const std::optional<std::string>& isa) {
+                        const py::object& out_obj, const std::optional<std::string>& isa, float alpha) {
   check_threads(num_threads, "mlas_conv_f32");
   auto x = require_array<float>(x_obj, "mlas_conv_f32: x");
   auto w = require_array<float>(w_obj, "mlas_conv_f32: w");
@@ -91,8 +93,12 @@ py::array mlas_conv_f32(const py::handle& x_obj, const py::handle& w_obj, const 
   const float* xp = x.data();
   const float* wp = w.data();
   float* yp = y.mutable_data();
+  const int64_t ny = g.batch * g.group * g.f * g.oh * g.ow;
   run_or_record([=]() {
     mlas_conv::conv_f32(xp, wp, b, yp, g, pv.data(), static_cast<int64_t>(pv.size() / 6), num_threads, avx2);
+    if (alpha != 1.0f) {
+      for (int64_t i = 0; i < ny; ++i) yp[i] = yp[i] * alpha;
+    }
   });
   return y;
 }
@@ -102,8 +108,9 @@ py::array mlas_conv_f32(const py::handle& x_obj, const py::handle& w_obj, const 
 void register_mlas_conv(py::module_& m) {
   m.def("mlas_conv_f32", &mlas_conv_f32, py::arg("x"), py::arg("w"), py::arg("bias"), py::arg("strides"),
         py::arg("dilations"), py::arg("pads"), py::arg("group"), py::arg("parts"), py::arg("num_threads") = 1,
-        py::arg("out") = py::none(), py::arg("isa") = py::none(),
-        "ONNX Runtime's float32 Conv in MLAS's order (mlas_conv/mlas_conv.h, eqs. (MC1)-(MC6)).");
+        py::arg("out") = py::none(), py::arg("isa") = py::none(), py::arg("alpha") = 1.0f,
+        "ONNX Runtime's float32 Conv in MLAS's order (mlas_conv/mlas_conv.h, eqs. (MC1)-(MC6)); "
+        "alpha != 1: y = f32(y * alpha) after it (MlasMatMul's (MM4), one K block).");
 }
 
 }  // namespace quanta

@@ -194,12 +194,52 @@ bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   return a_bytes > 0 && b_bytes > 0 && pa < pb + b_bytes && pb < pa + a_bytes;
 }
 
-py::array qgemm_impl(const py::handle& x_obj, const std::shared_ptr<PackedWeights>& packed, const py::handle& zx_obj,
-                     const py::handle& out_dtype_obj, const py::object& bias_obj, const py::object& float_bias_obj,
-                     const py::object& multiplier_obj, const py::object& fixed_multiplier_obj,
-                     const py::object& fixed_shift_obj, const py::handle& zy_obj, const py::object& clamp_obj,
-                     int num_threads, const py::object& workspace_obj, const py::object& out_obj,
-                     const py::object& row_bias_obj, const py::object& row_multiplier_obj, const py::object& post_obj) {
+// A float32-output call's a_scale and a_zero_point read from arrays when the call runs
+// (MatMulIntegerToFloat after a DynamicQuantizeLinear): a recorded call computes
+// m[n] = f32(a_scale · b_scale[n]) (ms_qgemm.py (3)) and zx from their current values
+// on every run of its program. `a_scale`, `a_zero_point` and `b_scale` point into arrays
+// the program keeps alive (the arena's planned views and a constant).
+struct RuntimeScale {
+  const float* a_scale = nullptr;
+  const void* a_zero_point = nullptr;  // null: zx = 0
+  bool zero_point_signed = false;
+  const float* b_scale = nullptr;  // as many values as the call's multipliers
+};
+
+// The float32 output stage of ms_qgemm.py (3) written out, for a multiplier the kernel
+// refuses (not finite and > 0: a DynamicQuantizeLinear of a non-finite x): the raw
+// accumulator from qgemm, then y = f32(f32(f32(acc) · m[n]) + bias[n]) per element, the
+// twin's order (-ffp-contract=off keeps the product and the sum two roundings).
+void qgemm_float_stage_unchecked(const QGemmParams& p, const std::vector<float>& mult, qgemm::Workspace& ws) {
+  const int64_t M = p.M, N = p.w->N;
+  std::vector<int32_t> acc(static_cast<size_t>(M * N));
+  QGemmParams q = p;
+  q.out_type = OutType::kS32;
+  q.requant = Requant::kNone;
+  q.multiplier = nullptr;
+  q.multiplier_per_channel = false;
+  q.float_bias = nullptr;
+  q.y = acc.data();
+  q.y_row_stride = N;
+  ws.reserve(qgemm::qgemm_workspace_bytes(q));
+  qgemm::qgemm(q, ws);
+  float* y = static_cast<float*>(p.y);
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      float v = static_cast<float>(acc[static_cast<size_t>(m * N + n)]) * mult[p.multiplier_per_channel ? n : 0];
+      if (p.float_bias != nullptr) v = v + p.float_bias[n];
+      y[m * p.y_row_stride + n] = v;
+    }
+  }
+}
+
+py::array qgemm_run(const py::handle& x_obj, const std::shared_ptr<PackedWeights>& packed, const py::handle& zx_obj,
+                    const py::handle& out_dtype_obj, const py::object& bias_obj, const py::object& float_bias_obj,
+                    const py::object& multiplier_obj, const py::object& fixed_multiplier_obj,
+                    const py::object& fixed_shift_obj, const py::handle& zy_obj, const py::object& clamp_obj,
+                    int num_threads, const py::object& workspace_obj, const py::object& out_obj,
+                    const py::object& row_bias_obj, const py::object& row_multiplier_obj, const py::object& post_obj,
+                    const RuntimeScale* runtime_scale) {
   if (!packed) throw py::value_error("qgemm: packed: expected a PackedWeights, got None");
   const PackedWeights& w = *packed;
   const int64_t K = w.K, N = w.N;
@@ -500,6 +540,31 @@ py::array qgemm_impl(const py::handle& x_obj, const std::shared_ptr<PackedWeight
     own->ws.reserve(need);
     const bool local_mult = !mult.empty() && p.multiplier == mult.data();
     const bool local_fixed = !fmult.empty() && p.fixed_multiplier == fmult.data();
+    if (runtime_scale != nullptr) {
+      if (!local_mult || p.out_type != OutType::kF32) {
+        throw py::value_error("qgemm: a run-time a_scale needs the float32 output and its own multipliers");
+      }
+      const RuntimeScale rs = *runtime_scale;
+      recorder->calls.emplace_back([p, own, packed, mult, rs]() mutable {
+        p.multiplier = mult.data();
+        const float sa = *rs.a_scale;
+        bool valid = true;
+        for (size_t i = 0; i < mult.size(); ++i) {
+          mult[i] = sa * rs.b_scale[i];
+          valid = valid && std::isfinite(mult[i]) && mult[i] > 0.0f;
+        }
+        if (rs.a_zero_point != nullptr) {
+          p.zx = rs.zero_point_signed ? *static_cast<const int8_t*>(rs.a_zero_point)
+                                      : *static_cast<const uint8_t*>(rs.a_zero_point);
+        }
+        if (valid) {
+          qgemm::qgemm(p, own->ws);
+        } else {
+          qgemm_float_stage_unchecked(p, mult, own->ws);
+        }
+      });
+      return y;
+    }
     recorder->calls.emplace_back([p, own, packed, mult, fmult, fshift, local_mult, local_fixed]() mutable {
       if (local_mult) p.multiplier = mult.data();
       if (local_fixed) p.fixed_multiplier = fmult.data(), p.fixed_shift = fshift.data();
@@ -514,6 +579,17 @@ py::array qgemm_impl(const py::handle& x_obj, const std::shared_ptr<PackedWeight
     qgemm::qgemm(p, wsp->ws);
   }
   return y;
+}
+
+py::array qgemm_impl(const py::handle& x_obj, const std::shared_ptr<PackedWeights>& packed, const py::handle& zx_obj,
+                     const py::handle& out_dtype_obj, const py::object& bias_obj, const py::object& float_bias_obj,
+                     const py::object& multiplier_obj, const py::object& fixed_multiplier_obj,
+                     const py::object& fixed_shift_obj, const py::handle& zy_obj, const py::object& clamp_obj,
+                     int num_threads, const py::object& workspace_obj, const py::object& out_obj,
+                     const py::object& row_bias_obj, const py::object& row_multiplier_obj, const py::object& post_obj) {
+  return qgemm_run(x_obj, packed, zx_obj, out_dtype_obj, bias_obj, float_bias_obj, multiplier_obj, fixed_multiplier_obj,
+                   fixed_shift_obj, zy_obj, clamp_obj, num_threads, workspace_obj, out_obj, row_bias_obj,
+                   row_multiplier_obj, post_obj, nullptr);
 }
 
 py::array_t<int32_t> column_sums(const PackedWeights& w) {
@@ -627,6 +703,9 @@ void register_qgemm(py::module_& m) {
   // (one float32 product each, as NumPy's) made here, with its checks, instead of by
   // NumPy per call. ValueError when a_scale is not one float32, a_zero_point not one
   // value of x's type, or a product not finite and > 0 (the caller's generic path).
+  // Recorded into a native program, the call reads a_scale and a_zero_point on every run
+  // (RuntimeScale): their arrays are a DynamicQuantizeLinear's planned outputs, which its
+  // own recorded step writes just before.
   m.def(
       "qgemm_scaled_float",
       [](const py::handle& x, const std::shared_ptr<PackedWeights>& packed, const py::handle& a_scale,
@@ -649,20 +728,32 @@ void register_qgemm(py::module_& m) {
           z = dtype_equiv(xdt, py::dtype::of<int8_t>()) ? *static_cast<const int8_t*>(za.data())
                                                         : *static_cast<const uint8_t*>(za.data());
         }
+        RuntimeScale rs;
+        rs.a_scale = sa.data();
+        if (!a_zero_point.is_none()) {
+          const auto za = py::reinterpret_borrow<py::array>(a_zero_point);
+          rs.a_zero_point = za.data();
+          rs.zero_point_signed = dtype_equiv(za.dtype(), py::dtype::of<int8_t>());
+        }
         auto sb = require_array<float>(b_scale, "qgemm_scaled_float: b_scale");
+        rs.b_scale = sb.data();
         py::array_t<float> m(shape_of(sb));
         const float s = *sa.data();
         const float* pb = sb.data();
         float* pm = m.mutable_data();
+        // a recorded call computes its multipliers from a_scale on every run, and takes
+        // the twin's steps for one the kernel refuses: a_scale's value while recording
+        // (an arena place no run has written yet) does not matter, so 1 stands in
+        const bool recording = call_recorder() != nullptr;
         for (py::ssize_t i = 0; i < sb.size(); ++i) {
-          pm[i] = s * pb[i];
+          pm[i] = recording ? 1.0f : s * pb[i];
           if (!(std::isfinite(pm[i]) && pm[i] > 0.0f)) {
             throw py::value_error("qgemm_scaled_float: a multiplier a_scale * b_scale not finite and > 0");
           }
         }
         const py::none none;
-        return qgemm_impl(x, packed, py::int_(z), py::str("float32"), none, float_bias, m, none, none, py::int_(0),
-                          none, num_threads, workspace, out, none, none, none);
+        return qgemm_run(x, packed, py::int_(z), py::str("float32"), none, float_bias, m, none, none, py::int_(0), none,
+                         num_threads, workspace, out, none, none, none, &rs);
       },
       py::arg("x"), py::arg("packed"), py::arg("a_scale"), py::arg("a_zero_point"), py::arg("b_scale"),
       py::arg("float_bias"), py::arg("num_threads"), py::arg("workspace"), py::arg("out"),

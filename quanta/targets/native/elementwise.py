@@ -129,11 +129,12 @@ def _native() -> Any:
 def _with_fallback(op_type: str, domain: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Wrap a fast kernel ``fast(ctx, *inputs, prepared=..., out=..., **attrs)``: when it
     raises :class:`_Unsupported` (or the binding refuses the arguments with ValueError),
-    the reference twin runs the call (and writes into ``out`` when given)."""
+    the reference twin runs the call (and writes into ``out`` when given: a tuple of
+    places for a kernel of several outputs, ``Kernel.out_all``)."""
 
     def deco(fast: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fast)
-        def kernel(ctx: Any, *inputs: Any, prepared: Any = None, out: np.ndarray | None = None, **attrs: Any):
+        def kernel(ctx: Any, *inputs: Any, prepared: Any = None, out: Any = None, **attrs: Any):
             try:
                 return fast(ctx, *inputs, prepared=prepared, out=out, **attrs)
             except (_Unsupported, ValueError):
@@ -142,12 +143,23 @@ def _with_fallback(op_type: str, domain: str = "") -> Callable[[Callable[..., An
             y = get_op(op_type, domain)(ctx, *inputs, **attrs)
             if out is None:
                 return y
+            if isinstance(out, tuple):
+                return _into_places(out, y)
             np.copyto(out, y)
             return out
 
         return kernel
 
     return deco
+
+
+def _into_places(out: tuple, values: Any) -> tuple:
+    """Each output copied into its place (``Kernel.out_all``); an omitted output's place
+    is None and its value is handed on as it is."""
+    for place, value in zip(out, values, strict=True):
+        if place is not None:
+            np.copyto(place, value)
+    return tuple(value if place is None else place for place, value in zip(out, values, strict=True))
 
 
 _Tables = BoundedCache  # per-node tables and derived constants (targets/native/_cache.py)
@@ -419,18 +431,40 @@ def bind_ms_dequantize_linear(model: Model, node: Node) -> tuple[Kernel | None, 
     return _bind_dequantize(node, "DequantizeLinear", onnx_domain=False)
 
 
+def _dql_places(out: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The three planned outputs of a DynamicQuantizeLinear (``Kernel.out_all``), or None."""
+    if not isinstance(out, tuple) or len(out) != 3 or any(o is None for o in out):
+        return None
+    return out
+
+
+def _dql_writes_places() -> bool:
+    """Whether the extension writes DynamicQuantizeLinear into given arrays (an extension
+    built before ``dynamic_quantize_linear_into`` makes new ones, copied into the places)."""
+    return hasattr(_native(), "dynamic_quantize_linear_into")
+
+
 @_with_fallback("DynamicQuantizeLinear")
 def _dynamic_quantize_linear_native(ctx: Any, x: Any, *, prepared: Any, out: Any) -> tuple:
-    """DynamicQuantizeLinear: (y u8, scale f32 0-d, zero point u8 0-d), eq. (10)."""
-    del prepared, out  # unused: three outputs, no out= buffer
+    """DynamicQuantizeLinear: (y u8, scale f32 0-d, zero point u8 0-d), eq. (10); ``out``:
+    None or the three outputs' places (Kernel.out_all), written in place."""
+    del prepared  # unused: nothing to precompute
     if not isinstance(x, np.ndarray) or x.dtype != np.float32:
         raise _Unsupported
-    return tuple(_native().dynamic_quantize_linear(np.ascontiguousarray(x), _threads(ctx)))
+    x = np.ascontiguousarray(x)
+    places = _dql_places(out)
+    if places is not None and _dql_writes_places():
+        return tuple(_native().dynamic_quantize_linear_into(x, *places, _threads(ctx)))
+    res = tuple(_native().dynamic_quantize_linear(x, _threads(ctx)))
+    return res if out is None else _into_places(out, res)
 
 
 @register_binder("DynamicQuantizeLinear")
 def bind_dynamic_quantize_linear(model: Model, node: Node) -> tuple[Kernel | None, str]:
-    """float32 -> uint8 with a run-time scale and zero point."""
+    """float32 -> uint8 with a run-time scale and zero point; its three outputs are
+    planned in the arena (``out_all``), so the steps that read the scale and zero point
+    (MatMulIntegerToFloat, ConvInteger's scale product) can be recorded into a native
+    program with it."""
     del model  # unused: the choice depends on the node's types only
     reason = _check_f32("DynamicQuantizeLinear", ("x", node.input(0)))
     if reason:
@@ -441,6 +475,8 @@ def bind_dynamic_quantize_linear(model: Model, node: Node) -> tuple[Kernel | Non
         "native",
         "native:dynamic_quantize_linear_u8",
         params={"prepared": None},
+        out=True,
+        out_all=True,
         specialize=_dynamic_quantize_linear_specialized,
     ), ""
 
@@ -449,15 +485,35 @@ def bind_dynamic_quantize_linear(model: Model, node: Node) -> tuple[Kernel | Non
 def _dynamic_quantize_linear_specialized(
     sig: Specialization, prepared: Any = None
 ) -> Callable[..., Any] | None:
-    """DynamicQuantizeLinear of a float32 x of any shape: the kernel called positionally,
-    its three new arrays handed on unchecked (ONNX Runtime's quantize_dynamic puts one
-    before every MatMulInteger, on rows of a few hundred floats: the generic call and the
-    arena checks cost three times the kernel)."""
+    """DynamicQuantizeLinear of a float32 x: with its three outputs planned in the arena,
+    one recordable ``dynamic_quantize_linear_into`` call (the scale and zero point are
+    computed inside it on every run); else the kernel called positionally, its three new
+    arrays handed on unchecked (ONNX Runtime's quantize_dynamic puts one before every
+    MatMulInteger, on rows of a few hundred floats: the generic call and the arena checks
+    cost three times the kernel)."""
     if sig.dtypes[0] != np.float32:
         return None
-    dql = _native().dynamic_quantize_linear
     shape = sig.shapes[0]
     threads = sig.num_threads if shape is None else step_threads(sig, math.prod(shape))
+    places = _dql_places(sig.out)
+    dql = _native().dynamic_quantize_linear
+    if places is not None and _dql_writes_places():
+        into = _native().dynamic_quantize_linear_into
+        y, scale, zero_point = places
+
+        def planned(x: np.ndarray) -> tuple:
+            return into(x, y, scale, zero_point, threads)
+
+        return guarded(
+            planned, _dynamic_quantize_linear_native, {"prepared": prepared}, places, recordable=True
+        )
+    if places is not None:
+        # the runtime reads the outputs from their places (a recorded reader of the
+        # scale): the new arrays are copied there
+        def copied(x: np.ndarray) -> tuple:
+            return _into_places(places, dql(x, threads))
+
+        return guarded(copied, _dynamic_quantize_linear_native, {"prepared": prepared}, places)
     return guarded(
         lambda x: dql(x, threads),
         _dynamic_quantize_linear_native,

@@ -1043,6 +1043,31 @@ def _mlas_softmax_native(ctx: Any, x: Any, *, out: Any, axis: int = -1, coerce_2
     return out
 
 
+def _mlas_softmax_specialized(sig: Specialization, *, axis: int = -1, coerce_2d: int = 0) -> Any:
+    """MlasSoftmax along the last axis (or of the 2-D coercion) of one non-empty x shape
+    into the planned output: ``mlas_softmax_f32`` on the rows, recordable (an attention
+    block's Softmax in ORT's order left the native program for the Python loop). Another
+    axis (a transposed copy) keeps the generic call."""
+    shape, out = sig.shapes[0], sig.out
+    if shape is None or out is None or sig.dtypes[0] != F32 or not shape or 0 in shape:
+        return None
+    if not -len(shape) <= axis < len(shape):
+        return None
+    a = axis % len(shape)
+    if not coerce_2d and a != len(shape) - 1:
+        return None
+    d = math.prod(shape[a:]) if coerce_2d else shape[-1]
+    rows, threads, softmax = (math.prod(shape) // d, d), step_threads(sig), _native().mlas_softmax_f32
+    target = out.reshape(rows)
+
+    def call(x: np.ndarray) -> np.ndarray:
+        softmax(x.reshape(rows), threads, target)
+        return out
+
+    attrs = {"axis": axis, "coerce_2d": coerce_2d}
+    return guarded(call, _mlas_softmax_native, attrs, out, reads=1, recordable=True)
+
+
 @register_binder("MlasSoftmax", QUANTA_DOMAIN)
 def bind_mlas_softmax(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """float32 quanta MlasSoftmax along any axis (the last one without a copy)."""
@@ -1050,7 +1075,7 @@ def bind_mlas_softmax(model: Model, node: Node) -> tuple[Kernel | None, str]:
     reason = _check_f32("MlasSoftmax", ("input", node.input(0)))
     if reason:
         return None, reason
-    return _kernel(_mlas_softmax_native, "mlas_softmax_f32", node)
+    return _kernel(_mlas_softmax_native, "mlas_softmax_f32", node, _mlas_softmax_specialized)
 
 
 @_with_fallback("OrtLayerNorm", QUANTA_DOMAIN)
@@ -1072,6 +1097,31 @@ def _ort_layer_norm_native(
     return _native().ort_layer_norm_f32(x, s, b, axis, float(np.float32(epsilon)), kernel, _threads(ctx), out)
 
 
+def _ort_layer_norm_specialized(
+    sig: Specialization, *, axis: int = -1, epsilon: float = 1e-5, kernel: str = "layer_norm"
+) -> Any:
+    """OrtLayerNorm of one x shape with constant float32 scale and bias (or none) into the
+    planned output: ``ort_layer_norm_f32`` called positionally, recordable (242 norms of a
+    small transformer ran from the Python loop, splitting its native programs)."""
+    shape, out = sig.shapes[0], sig.out
+    if shape is None or out is None or sig.dtypes[0] != F32 or not shape:
+        return None
+    consts = list(sig.consts[1:3]) + [None] * (3 - len(sig.consts))
+    scale, bias = consts[0], consts[1]
+    has_bias = len(sig.shapes) > 2 and sig.shapes[2] is not None
+    if scale is None or scale.dtype != F32 or (has_bias and (bias is None or bias.dtype != F32)):
+        return None  # scale or bias computed at run time: the generic call
+    s = np.ascontiguousarray(scale)
+    b = np.ascontiguousarray(bias) if has_bias else None
+    eps, threads, norm = float(np.float32(epsilon)), step_threads(sig), _native().ort_layer_norm_f32
+
+    def call(x: np.ndarray) -> np.ndarray:
+        return norm(x, s, b, axis, eps, kernel, threads, out)
+
+    attrs = {"axis": axis, "epsilon": epsilon, "kernel": kernel}
+    return guarded(call, _ort_layer_norm_native, attrs, out, reads=1, recordable=True)
+
+
 @register_binder("OrtLayerNorm", QUANTA_DOMAIN)
 def bind_ort_layer_norm(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """float32 quanta OrtLayerNorm (ORT's LayerNormalization, Simplified and Skip kernels)."""
@@ -1079,4 +1129,4 @@ def bind_ort_layer_norm(model: Model, node: Node) -> tuple[Kernel | None, str]:
     reason = _check_f32("OrtLayerNorm", ("X", node.input(0)), ("Scale", node.input(1)), ("B", node.input(2)))
     if reason:
         return None, reason
-    return _kernel(_ort_layer_norm_native, "ort_layer_norm_f32", node)
+    return _kernel(_ort_layer_norm_native, "ort_layer_norm_f32", node, _ort_layer_norm_specialized)

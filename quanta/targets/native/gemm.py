@@ -1296,7 +1296,8 @@ def _matmul_integer_to_float_specialized(
     shape: qgemm called by position. With constant scales the multiplier is the binder's;
     with a_scale and a_zero_point from a DynamicQuantizeLinear (ONNX Runtime's
     quantize_dynamic), it is _matmul_integer_to_float_native's f32(sa · sb[n]) per call,
-    made with its checks in qgemm_scaled_float. A value the call cannot take (a
+    made with its checks in qgemm_scaled_float, which a native program's recorded call
+    makes again from the arrays' current values on every run. A value the call cannot take (a
     non-contiguous A, a non-scalar or non-float a_scale, an a_zero_point of another
     type, a product not finite and > 0) goes to the generic kernel (ValueError)."""
     shape = sig.shapes[0]
@@ -1329,8 +1330,21 @@ def _matmul_integer_to_float_specialized(
         return qscaled(a, packed, sa, za, sb_arr, fb, threads, _workspace(), out)
 
     return guarded(
-        run_time_scale, _matmul_integer_to_float_native, params, out, reads=(0, 2, 4) if has_za else (0, 2)
+        run_time_scale,
+        _matmul_integer_to_float_native,
+        params,
+        out,
+        reads=(0, 2, 4) if has_za else (0, 2),
+        recordable=_scale_read_at_run_time(),
     )
+
+
+def _scale_read_at_run_time() -> bool:
+    """Whether a recorded ``qgemm_scaled_float`` call reads a_scale and a_zero_point on
+    every run of its native program (bindings_qgemm.cc RuntimeScale). An extension built
+    before that reads them once, when recorded, so its calls must stay in the Python loop;
+    ``dynamic_quantize_linear_into`` came in the same build and marks it."""
+    return hasattr(_native, "dynamic_quantize_linear_into")
 
 
 def _matmul_integer_to_float_runtime_b(

@@ -19,9 +19,10 @@ rows of MLAS's N = 1 kernel.
 
 Per input signature (``Kernel.specialize``) a GEMM whose operands need no broadcast copy
 (equal batch dimensions, or a 2-D B) and no transposition is one ``mlas_conv_f32`` call
-on views of A, B and the planned output, which a native program records when alpha is 1;
-alpha ≠ 1 adds its one float32 product in place. The other signatures take the generic
-call above (broadcast, transposed copies).
+on views of A, B and the planned output, which a native program records; alpha ≠ 1 is
+its one float32 product per element inside the same call (``alpha``; an extension built
+before that argument takes the product in NumPy, unrecorded). The other signatures take
+the generic call above (broadcast, transposed copies).
 """
 
 from __future__ import annotations
@@ -135,8 +136,8 @@ def _mlas_matmul(
 def _mlas_matmul_specialized(sig: Specialization, *, plans: dict, **attrs: Any) -> Any:
     """One (A shape, B shape) of float32 operands that ``mlas_conv_f32`` reads in place:
     A [G·M, K] and B [G·K, N] as views (equal batch dimensions, or a 2-D B folded into M),
-    not transposed, the plan native; the call writes the planned output (recordable when
-    alpha is 1). None: the generic call."""
+    not transposed, the plan native; the call writes the planned output, recordable (alpha
+    ≠ 1 too, when the extension takes it). None: the generic call."""
     a_shape, b_shape = sig.shapes[0], sig.shapes[1]
     if a_shape is None or b_shape is None or len(a_shape) < 2 or len(b_shape) < 2:
         return None
@@ -159,6 +160,21 @@ def _mlas_matmul_specialized(sig: Specialization, *, plans: dict, **attrs: Any) 
     one, zero4 = [1, 1], [0, 0, 0, 0]
     out_shape = plan.out_shape
 
+    generic_attrs = {"plans": plans, **attrs}
+    if not unit and target is not None and _conv_takes_alpha():
+        # (MM4) one K block: y = f32(acc · alpha) inside the call, so it is recordable
+        f_alpha = float(alpha)
+
+        def scaled(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            if not (a.flags.c_contiguous and b.flags.c_contiguous):
+                raise ValueError("MlasMatMul: an operand that is not C-contiguous")
+            conv(
+                b.reshape(x4), a.reshape(w4), None, one, one, zero4, g, parts, threads, target, None, f_alpha
+            )
+            return out
+
+        return guarded(scaled, _mlas_matmul, generic_attrs, out, reads=2, recordable=True)
+
     def run(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         if not (a.flags.c_contiguous and b.flags.c_contiguous):
             # a reshape would copy, and a recorded call would read the copy: the generic call
@@ -170,8 +186,13 @@ def _mlas_matmul_specialized(sig: Specialization, *, plans: dict, **attrs: Any) 
             return out
         return y.reshape(out_shape)
 
-    generic_attrs = {"plans": plans, **attrs}
     return guarded(run, _mlas_matmul, generic_attrs, out, reads=2, recordable=bool(unit))
+
+
+def _conv_takes_alpha() -> bool:
+    """Whether ``mlas_conv_f32`` multiplies by ``alpha`` inside its (recorded) call; an
+    extension built before that argument takes the product in NumPy after the call."""
+    return _native is not None and "alpha" in (_native.mlas_conv_f32.__doc__ or "")
 
 
 @register_binder("MlasMatMul", QUANTA_DOMAIN)
