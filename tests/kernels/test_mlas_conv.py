@@ -40,6 +40,20 @@ CASES = [
     (9, 3, 3, 3, 3, 1, 0, 1, 1),  # 3 filters over one pixel: rows split 2 + 1 at 2 threads
     (40, 30, 30, 1, 3, 1, 1, 1, 1),  # one filter, K = 360: the M = 1 kernel over K blocks 128 + 128 + 104
     (19, 17, 23, 29, 3, 1, 1, 1, 1),  # K = 171 > 128: the second block is 43 rows; 29 rows = 4 tiles + 5
+    (
+        64,
+        13,
+        11,
+        1,
+        1,
+        1,
+        0,
+        1,
+        1,
+    ),  # pointwise, one filter (yunet's heads): M = 1 on the input planes in place
+    (7, 9, 13, 1, 1, 1, 0, 1, 1),  # the same with K = 7: a group of four, a pair, a single; 117 columns
+    (300, 7, 9, 1, 1, 1, 0, 1, 1),  # the same with K = 300
+    (7, 13, 11, 7, 3, 1, 1, 7, 1),  # depthwise, K = 9 (two fours and a single), 143 columns: 17 vectors + 7
 ]
 
 

@@ -52,7 +52,7 @@ def case(c, f, k, s, group, x_dtype, per_channel, seed, *, h=9, w=11, dilation=1
     return (x, sx, zx, wq, sw, zw, sy, zy, b), attrs
 
 
-def native(inputs, attrs, isa, threads):
+def native(inputs, attrs, isa, threads, channels_last=False):
     x, sx, zx, wq, sw, zw, sy, zy, b = inputs
     f = wq.shape[0]
     zw32 = np.ascontiguousarray(np.broadcast_to(zw.astype(np.int32), (f,)))
@@ -70,6 +70,7 @@ def native(inputs, attrs, isa, threads):
         attrs["dilations"],
         attrs["pads"],
         threads,
+        channels_last=channels_last,
     )
 
 
@@ -110,6 +111,54 @@ def test_native_equals_the_twin(isa, c, f, k, s, group, x_dtype, per_channel):
         got = native(inputs, attrs, isa, threads)
         np.testing.assert_array_equal(got, expected, err_msg=f"{isa}, {threads} threads")
     assert np.count_nonzero(exact(inputs, attrs) != expected) > 0, "no pair saturated"
+
+
+def nhwc(a):
+    return np.ascontiguousarray(np.moveaxis(a, 1, -1))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("c, f, k, s, group", GEOMETRIES)
+@pytest.mark.parametrize("x_dtype", [np.uint8, np.int8])
+def test_channels_last_equals_the_twin(isa, c, f, k, s, group, x_dtype):
+    """x [N, H, W, C] -> y [N, oh, ow, F]: the NCHW twin's codes with the channel axis moved
+    (the twin's channels_last=1 is that by construction; the kernel skips its transposes)."""
+    seed = c * 17 + f + k * 3 + s + group + (x_dtype == np.int8)
+    inputs, attrs = case(c, f, k, s, group, x_dtype, True, seed, h=11, w=7)
+    expected = mlas_qlinear_conv_op(None, *inputs, **attrs)
+    nhwc_inputs = (nhwc(inputs[0]), *inputs[1:])
+    np.testing.assert_array_equal(
+        mlas_qlinear_conv_op(None, *nhwc_inputs, **attrs, channels_last=1), nhwc(expected)
+    )
+    for threads in (1, 2):
+        got = native(nhwc_inputs, attrs, isa, threads, channels_last=True)
+        np.testing.assert_array_equal(got, nhwc(expected), err_msg=f"{isa}, {threads} threads")
+    assert np.count_nonzero(exact(inputs, attrs) != expected) > 0, "no pair saturated"
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("c, f, k, s", [(3, 16, 3, 2), (7, 17, 3, 1), (17, 7, 1, 2)])
+def test_a_large_plane_splits_its_im2col(isa, channels_last, c, f, k, s):
+    """Planes whose im2col passes 256 KiB (the threshold for splitting its rows over the
+    threads): an odd 131 x 97 image; the same codes at 1 and 2 threads and as the twin."""
+    inputs, attrs = case(c, f, k, s, 1, np.uint8, True, c + f + k, h=131, w=97)
+    expected = mlas_qlinear_conv_op(None, *inputs, **attrs)
+    if channels_last:
+        inputs, expected = (nhwc(inputs[0]), *inputs[1:]), nhwc(expected)
+    for threads in (1, 2):
+        got = native(inputs, attrs, isa, threads, channels_last=channels_last)
+        np.testing.assert_array_equal(got, expected, err_msg=f"{isa}, {threads} threads")
+
+
+def test_channels_last_refusals_name_the_layout():
+    (x, sx, _, wq, sw, _, sy, _, b), _ = case(7, 9, 3, 1, 1, np.uint8, False, 3)
+    packed = _native.mlas_qconv_pack(wq, np.zeros(9, np.int32), 1)
+    m = multipliers(sx, sw, sy, 9)
+    with pytest.raises(ValueError, match="x has 11 channels, the weights 7"):  # NCHW given as NHWC
+        _native.mlas_qconv(x, packed, 3, m, 0, False, b, [1, 1], [1, 1], [1, 1, 1, 1], channels_last=True)
+    with pytest.raises(ValueError, match=r"x must be 4-D \[B, H, W, G·C\]"):
+        _native.mlas_qconv(x[0], packed, 3, m, 0, False, b, [1, 1], [1, 1], [1, 1, 1, 1], channels_last=True)
 
 
 @pytest.mark.parametrize("isa", ISAS)

@@ -162,11 +162,36 @@ def mlas_qlinear_conv_op(
     pads: Sequence[int] | None = None,
     dilations: Sequence[int] | None = None,
     group: int = 1,
+    channels_last: int = 0,
 ) -> np.ndarray:
     """quanta MlasQLinearConv-1: QLinearConv's inputs and attributes (explicit pads; a
     group is one GEMM, depthwise refused), computed as ORT's u8·s8 kernels without VNNI
-    do, (QC1)-(QC4) (module docstring)."""
+    do, (QC1)-(QC4) (module docstring). ``channels_last=1``: x is [N, *spatial, C] and y
+    [N, *out, F] (what the channels-last pass writes between convolutions): the channel
+    axis moved to 1 and back around the same computation, so the same codes."""
     del ctx  # unused
+    if channels_last not in (0, 1):
+        raise OpError(f"MlasQLinearConv: channels_last: expected 0 or 1, got {channels_last}")
+    if channels_last:
+        if x.ndim < 3:
+            raise OpError(f"MlasQLinearConv: x of rank {x.ndim}: channels_last takes [N, *spatial, C]")
+        y = mlas_qlinear_conv_op(
+            OpContext(),
+            np.moveaxis(x, -1, 1),
+            sx,
+            zx,
+            w,
+            sw,
+            zw,
+            sy,
+            zy,
+            b,
+            strides=strides,
+            pads=pads,
+            dilations=dilations,
+            group=group,
+        )
+        return np.ascontiguousarray(np.moveaxis(y, 1, -1))
     g = int(group)
     if g == 1:
         return mlas_qlinear_conv(

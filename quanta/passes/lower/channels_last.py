@@ -16,8 +16,10 @@ inputs and outputs, and float islands or operators without a channels-last form)
 
 - *channels-last operators* (always in a region, rank 3 or 4): ai.onnx ``QLinearConv``
   (-> com.microsoft ``QLinearConv`` with ``channels_last=1``, w and the parameters
-  unchanged), com.microsoft ``QLinearGlobalAveragePool`` and ``QLinearAveragePool``
-  (their own ``channels_last`` attribute);
+  unchanged), quanta ``MlasQLinearConv`` (ONNX Runtime's saturating u8·s8 QLinearConv on
+  a file ORT's quantizer wrote: ``channels_last=1``, as ORT's NhwcTransformer keeps its
+  QLinearConv chain NHWC), com.microsoft ``QLinearGlobalAveragePool`` and
+  ``QLinearAveragePool`` (their own ``channels_last`` attribute);
 - ai.onnx ``MaxPool`` on 8-bit data of rank 4 without the Indices output (-> com.microsoft
   ``NhwcMaxPool``, ONNX Runtime's channels-last quantized MaxPool), joined like a
   layout-agnostic operator: when its input comes from a region (a ResNet stem's pool
@@ -38,7 +40,7 @@ the channel axis and call the NCHW implementation), so the graph's outputs are
 bit-identical before and after the pass.
 
 Refusals (the node stays NCHW, recorded in :attr:`ChannelsLast.refused`): a
-QLinearConv that would be a region alone (no region value in or out: its kernel moves
+QLinearConv or MlasQLinearConv that would be a region alone (no region value in or out: its kernel moves
 the channels-first input to NHWC and back itself, the same copies as the two Transposes
 without their two steps); a rank other than 3 or 4 or unknown; a per-axis quantized layout value (its axis would move); an
 agnostic operator whose other layout input is neither a region value nor a constant.
@@ -60,9 +62,12 @@ __all__ = ["ChannelsLast", "to_channels_first", "to_channels_last"]
 #: (domain, op_type) -> indices of the layout inputs, for operators that always join.
 _CHANNELS_LAST_OPS: dict[tuple[str, str], tuple[int, ...]] = {
     ("", "QLinearConv"): (0,),
+    ("quanta", "MlasQLinearConv"): (0,),
     (MS_DOMAIN, "QLinearGlobalAveragePool"): (0,),
     (MS_DOMAIN, "QLinearAveragePool"): (0,),
 }
+#: the convolutions among them: refused when they would be a region alone
+_CONVOLUTIONS = frozenset({"QLinearConv", "MlasQLinearConv"})
 #: (domain, op_type) -> indices of the layout inputs (None: every third from 2, Concat).
 _AGNOSTIC_OPS: dict[tuple[str, str], tuple[int, ...] | None] = {
     ("", "MaxPool"): (0,),  # joins as com.microsoft NhwcMaxPool (checked in _select)
@@ -125,7 +130,7 @@ class ChannelsLast(Pass):
             return PassResult(graph, False, {})
         self._rewrite(graph, region)
         graph.toposort()
-        n_conv = sum(1 for n, _ in region.values() if n.op_type == "QLinearConv")
+        n_conv = sum(1 for n, _ in region.values() if n.op_type in _CONVOLUTIONS)
         n_transposes = sum(1 for n in graph.nodes if n.name.startswith("channels_last/"))
         return PassResult(
             graph, True, {"nodes": len(region), "convolutions": n_conv, "transposes": n_transposes}
@@ -203,11 +208,7 @@ class ChannelsLast(Pass):
             for v in node.inputs:
                 if v is not None and v.producer is not None and id(v.producer) in region:
                     linked.update((k, id(v.producer)))
-        lone = {
-            k
-            for k, (node, _) in region.items()
-            if k not in linked and (node.domain, node.op_type) == ("", "QLinearConv")
-        }
+        lone = {k for k, (node, _) in region.items() if k not in linked and node.op_type in _CONVOLUTIONS}
         for k in lone:
             self.refused.append(
                 (region[k][0].label, "a lone convolution: its kernel transposes, no Transpose steps")
@@ -297,7 +298,7 @@ class ChannelsLast(Pass):
         if node.op_type == "QLinearConv":
             node.domain = MS_DOMAIN
             node.attrs["channels_last"] = 1
-        elif node.op_type in ("QLinearGlobalAveragePool", "QLinearAveragePool"):
+        elif node.op_type in ("MlasQLinearConv", "QLinearGlobalAveragePool", "QLinearAveragePool"):
             node.attrs["channels_last"] = 1
         elif node.op_type == "QLinearConcat" or (node.op_type == "QLinearLookup" and "axis" in node.attrs):
             # the concat axis, a per-channel table's axis: where that axis went

@@ -671,13 +671,22 @@ def _s8_pair_to_u8(v: Value | None, m: Match) -> bool:
         return False
     if len(v.uses) != 1 or any(o is v for o in m.graph.outputs):
         return False
-    dq = v.uses[0][0]
-    if dq.op_type != "DequantizeLinear" or len(dq.inputs) < 3 or len(v.producer.inputs) < (8 if fused else 3):
+    dq, slot = v.uses[0]
+    # a reader QdqConvToMlasQLinearConv already wrote absorbed the DequantizeLinear, which
+    # only that Conv read (a DequantizeLinear with other readers stays for them, and v then
+    # has two uses): the pair as written, its zero point now the group's x_zero_point (input
+    # 2). Without this, a group's decision would depend on whether its reader was rewritten
+    # first (yunet's depthwise groups between fused 1x1 ones went to float MlasConv, which
+    # ORT fuses).
+    absorbed = dq.op_type == "MlasQLinearConv" and slot == 0
+    if not (absorbed or dq.op_type == "DequantizeLinear") or len(dq.inputs) < 3 or dq.inputs[2] is None:
+        return False
+    if len(v.producer.inputs) < (8 if fused else 3):
         return False
     # EnsureUniqueDQForNodeUnit runs first: a DequantizeLinear read twice becomes one per
     # reader, and the Q then has more than one output edge
     out = dq.outputs[0]
-    if len(out.uses) != 1 or any(o is out for o in m.graph.outputs):
+    if not absorbed and (len(out.uses) != 1 or any(o is out for o in m.graph.outputs)):
         return False
     zq, zd = _constant(v.producer.inputs[7 if fused else 2]), _constant(dq.inputs[2])
     if zq is None or zd is None or zq.size != 1 or zd.size != 1:

@@ -19,6 +19,10 @@ writes the node (QdqConvToMlasQLinearConv) makes all of them constants. A 1-D Co
 (QC1) rows (kh = 0, kw, c), so the same pairs, and ORT's 1-D QLinearConv is that
 convolution (tests/kernels/test_mlas_qconv.py compares it with onnxruntime). A node whose
 parameters are not constants, or whose x is neither 3-D nor 4-D, runs on the twin.
+
+``channels_last=1`` (the channels-last pass, between convolutions that exchange NHWC
+tensors): x [N, H, W, C] (or [N, L, C]) and y [N, oh, ow, F] go to the kernel's
+channels-last mode, which skips its two transposes; a 1-D one is [N, 1, L, C].
 """
 
 from __future__ import annotations
@@ -73,10 +77,12 @@ def _mlas_qconv(
     x = np.asarray(x)
     if x.ndim != call["rank"] + 2 or x.dtype not in (np.uint8, np.int8):
         return _twin(ctx, x, *inputs, out=out, **attrs)
-    one_d = call["rank"] == 1  # [N, C, L] -> [N, C, 1, L]: views of contiguous buffers
+    one_d = call["rank"] == 1  # [N, C, L] -> [N, C, 1, L] ([N, L, C] -> [N, 1, L, C]): views
+    nhwc = call["channels_last"]
     x = np.ascontiguousarray(x)
+    unit = (slice(None), None) if nhwc else (slice(None), slice(None), None)  # where H = 1 goes
     y = _native.mlas_qconv(
-        x[:, :, None, :] if one_d else x,
+        x[unit] if one_d else x,
         call["packed"],
         call["zx"],
         call["multiplier"],
@@ -87,11 +93,12 @@ def _mlas_qconv(
         call["dilations"],
         call["pads"],
         _threads(ctx),
-        None if out is None else out[:, :, None, :] if one_d else out,
+        None if out is None else out[unit] if one_d else out,
+        nhwc,
     )
     if not one_d:
         return y
-    return y.reshape(y.shape[0], y.shape[1], y.shape[3]) if out is None else out
+    return y.reshape(y.shape[0], *(y.shape[2:] if nhwc else (y.shape[1], y.shape[3]))) if out is None else out
 
 
 def _call(node: Node) -> tuple[dict[str, Any] | None, str]:
@@ -128,6 +135,7 @@ def _call(node: Node) -> tuple[dict[str, Any] | None, str]:
         "dilations": dilations,
         "pads": [pads[0], pads[1], pads[2], pads[3]],
         "rank": rank,
+        "channels_last": bool(node.attrs.get("channels_last", 0)),
     }, ""
 
 

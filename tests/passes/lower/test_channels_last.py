@@ -19,6 +19,7 @@ from quanta.ir.onnx_io import load
 from quanta.ir.types import TensorType
 from quanta.ir.verify import Stage
 from quanta.passes.lower.channels_last import ChannelsLast, to_channels_first, to_channels_last
+from quanta.session import GraphOptimizationLevel
 from tests.ort_int8 import fit_s8
 from tests.passes.helpers import run_passes, run_ref
 
@@ -455,3 +456,110 @@ def check_in_ort(ort, model, proto, path) -> None:
         assert (
             np.max(np.abs(a.astype(np.int32) - b.astype(np.int32))) <= 1
         )  # ORT's QLinearAdd rounds its own way
+
+
+# -- quanta MlasQLinearConv (ORT's saturating QLinearConv on ORT's files) ---------------
+
+
+def mlas_conv(
+    b: Builder, x: str, cin: int, cout: int, k: int, *, stride: int = 1, group: int = 1, name: str
+) -> str:
+    """One quanta MlasQLinearConv: heavy int8 weights (±127 on most taps, so pairs of
+    products saturate), asymmetric pads, per-channel scales and zero points not 0."""
+    w = RNG.integers(-128, 128, (cout, cin // group, k, k))
+    w = np.where(RNG.random(w.shape) < 0.6, np.where(RNG.random(w.shape) < 0.5, -128, 127), w).astype(np.int8)
+    b.inits += [
+        numpy_helper.from_array(w, f"{name}_w"),
+        numpy_helper.from_array((RNG.random(cout) * 0.002 + 0.0005).astype(np.float32), f"{name}_ws"),
+        numpy_helper.from_array(RNG.integers(-3, 4, cout).astype(np.int8), f"{name}_wz"),
+        numpy_helper.from_array(RNG.integers(-9000, 9000, cout).astype(np.int32), f"{name}_b"),
+    ]
+    sy, zy = b.qparams(name)
+    p = k // 2
+    b.nodes.append(
+        helper.make_node(
+            "MlasQLinearConv",
+            [x, f"{x}_scale", f"{x}_zp", f"{name}_w", f"{name}_ws", f"{name}_wz", sy, zy, f"{name}_b"],
+            [name],
+            name=name,
+            domain="quanta",
+            pads=[p, max(p - 1, 0), p, p],
+            strides=[stride, stride],
+            dilations=[1, 1],
+            group=group,
+        )
+    )
+    return name
+
+
+def mlas_chain() -> onnx.ModelProto:
+    """ORT's NhwcTransformer's case on quanta's model of its kernel: stem 3 -> 7 (3x3,
+    stride 2) -> 7 -> 17 pointwise -> 17 -> 3 (5x5) -> grouped 3 -> 6 (3 groups), a
+    com.microsoft depthwise QLinearConv and an 8-bit MaxPool between them, on an odd
+    13 x 19 image; outputs: the last convolution and an NCHW value read inside."""
+    b = Builder()
+    x = u8_input(b, "x", [2, 3, 13, 19])
+    s = mlas_conv(b, "x", 3, 7, 3, stride=2, name="stem")
+    p = mlas_conv(b, s, 7, 17, 1, name="pw")
+    d = b.conv(p, 17, 17, 3, group=17, name="dw")
+    b.nodes.append(helper.make_node("MaxPool", [d], ["mp"], kernel_shape=[2, 2], strides=[1, 1], name="mp"))
+    b.inits += [
+        numpy_helper.from_array(numpy_helper.to_array(next(t for t in b.inits if t.name == n)), f"mp_{k}")
+        for n, k in (("dw_scale", "scale"), ("dw_zp", "zp"))
+    ]
+    c = mlas_conv(b, "mp", 17, 3, 5, name="c5")
+    g = mlas_conv(b, c, 3, 6, 3, group=3, name="grouped")
+    proto = b.model([x], [g, p])
+    proto.opset_import.append(helper.make_opsetid("quanta", 1))
+    return proto
+
+
+def test_mlas_qlinear_convs_exchange_nhwc_tensors() -> None:
+    """MlasQLinearConvs join the region as channels-last operators: one Transpose in (the
+    image), one out per NCHW output, none between the convolutions; the outputs are
+    bit-identical on the reference target and on the native one (the kernel's
+    channels-last mode), at 1 and 2 threads, to the NCHW graph's."""
+    from quanta import InferenceSession, SessionOptions
+    from quanta.ir.onnx_io import to_proto
+
+    proto = mlas_chain()
+    model = load(proto)
+    p = ChannelsLast()
+    result = run_passes(model, [p], stage=Stage.LOWERED)
+    assert result.records[0].stats == {"nodes": 6, "convolutions": 5, "transposes": 3}
+    convs = [n for n in model.graph.nodes if n.op_type == "MlasQLinearConv"]
+    assert len(convs) == 4 and all(n.domain == "quanta" and n.attrs["channels_last"] == 1 for n in convs)
+    assert sorted(tuple(n.attrs["perm"]) for n in transposes(model)) == [
+        (0, 2, 3, 1),
+        (0, 3, 1, 2),
+        (0, 3, 1, 2),
+    ]
+    assert p.refused == []
+    feeds = feeds_for(proto)
+    expected = run_ref(proto, feeds)
+    for e, a in zip(expected, run_ref(model, feeds)):
+        assert e.shape == a.shape and np.array_equal(e, a)
+    rewritten = to_proto(model)
+    for threads in (1, 2):
+        opts = SessionOptions(graph_optimization_level=GraphOptimizationLevel.ORT_DISABLE_ALL)
+        opts.intra_op_num_threads = threads
+        sess = InferenceSession(rewritten, opts)
+        kernels = {s.name: s.kernel.name for s in sess.plan.steps if s.op_type == "MlasQLinearConv"}
+        assert set(kernels.values()) == {"native:mlas_qconv"}, kernels
+        for e, a in zip(expected, sess.run(None, feeds)):
+            assert e.shape == a.shape and np.array_equal(e, a), threads
+
+
+def test_a_lone_mlas_qlinear_conv_stays_channels_first() -> None:
+    b = Builder()
+    x = u8_input(b, "x", [1, 7, 9, 5])
+    mlas_conv(b, "x", 7, 3, 3, name="lone")
+    proto = b.model([x], ["lone"])
+    proto.opset_import.append(helper.make_opsetid("quanta", 1))
+    model = load(proto)
+    p = ChannelsLast()
+    run_passes(model, [p], stage=Stage.LOWERED)
+    assert p.refused == [
+        ("'lone' (MlasQLinearConv)", "a lone convolution: its kernel transposes, no Transpose steps")
+    ]
+    assert not transposes(model) and "channels_last" not in model.graph.nodes[0].attrs

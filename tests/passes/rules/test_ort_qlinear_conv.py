@@ -227,3 +227,87 @@ def test_auto_on_onnxruntimes_file_follows_the_hosts_sum(saturates, monkeypatch)
     kernels = {(st.op_type, st.kernel) for st in sess.profile_summary(top=1000).steps}
     assert (("MlasQLinearConv", "native:mlas_qconv") in kernels) == saturates
     assert (differ > 0) == saturates
+
+
+def int8_chain_proto(seed: int):
+    """x -> 1x1 Conv 3 -> 7 -> depthwise 3x3 Conv (7 groups) -> 1x1 Conv 7 -> 5 -> Mul, every
+    tensor int8 Q -> DQ (a lone pair each, as ORT's MinMax file of yunet), per-tensor weights
+    with zero point 0, odd 13 x 11 planes: ORT's QDQS8ToU8Transformer makes every pair uint8
+    and fuses all three groups."""
+    rng = np.random.default_rng(seed)
+    inits = [
+        numpy_helper.from_array(np.array(0.02, np.float32), "s0"),
+        numpy_helper.from_array(np.int8(-9), "z0"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s0", "z0"], ["q0"]),
+        helper.make_node("DequantizeLinear", ["q0", "s0", "z0"], ["d0"]),
+    ]
+    prev, sx = "d0", 0.02
+    for i, (c, f, k, g) in enumerate([(3, 7, 1, 1), (7, 7, 3, 7), (7, 5, 1, 1)], start=1):
+        w = heavy_weights(rng, (f, c // g, k, k)).astype(np.float32) * np.float32(0.003)
+        sy, zy = np.float32(0.05 + 0.03 * i), np.int8(-20 + 7 * i)
+        inits += [
+            numpy_helper.from_array(w, f"w{i}"),
+            numpy_helper.from_array(np.float32(0.003), f"sw{i}"),
+            numpy_helper.from_array(np.int8(0), f"zw{i}"),
+            numpy_helper.from_array(rng.integers(-500, 500, f).astype(np.int32), f"b{i}"),
+            numpy_helper.from_array(np.float32(sx * 0.003), f"sb{i}"),
+            numpy_helper.from_array(np.int32(0), f"zb{i}"),
+            numpy_helper.from_array(sy, f"s{i}"),
+            numpy_helper.from_array(zy, f"z{i}"),
+        ]
+        nodes += [
+            helper.make_node("QuantizeLinear", [f"w{i}", f"sw{i}", f"zw{i}"], [f"wq{i}"]),
+            helper.make_node("DequantizeLinear", [f"wq{i}", f"sw{i}", f"zw{i}"], [f"wd{i}"]),
+            helper.make_node("DequantizeLinear", [f"b{i}", f"sb{i}", f"zb{i}"], [f"bd{i}"]),
+            helper.make_node(
+                "Conv", [prev, f"wd{i}", f"bd{i}"], [f"c{i}"], name=f"conv{i}", group=g, pads=[k // 2] * 4
+            ),
+            helper.make_node("QuantizeLinear", [f"c{i}", f"s{i}", f"z{i}"], [f"q{i}"]),
+            helper.make_node("DequantizeLinear", [f"q{i}", f"s{i}", f"z{i}"], [f"d{i}"]),
+        ]
+        prev, sx = f"d{i}", float(sy)
+    inits.append(numpy_helper.from_array(np.array(1.5, np.float32), "k"))
+    nodes.append(helper.make_node("Mul", [prev, "k"], ["y"]))
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 13, 11])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.producer_name = "onnx.quantize"
+    return m
+
+
+def test_a_depthwise_group_between_fused_groups_is_fused_as_onnxruntime_does(tmp_path):
+    """The depthwise group's int8 pairs are lone in the file as written, so ORT makes them
+    uint8 and fuses it (its optimized graph has three QLinearConvs); the rule decides the
+    same whether or not its neighbours were rewritten to MlasQLinearConv first: no group is
+    left to float MlasConv, and the depthwise one stays quanta's integer Conv."""
+    proto = int8_chain_proto(3)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.optimized_model_filepath = str(tmp_path / "ort.onnx")
+    ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    import onnx
+
+    fused = [n.op_type for n in onnx.load(str(tmp_path / "ort.onnx")).graph.node if "Conv" in n.op_type]
+    assert fused == ["QLinearConv"] * 3
+    model = load(proto)
+    p = OrtFloatFunctions(threads=1, u8s8_saturates=True)
+    result = run_passes(model, [p])
+    assert result.fired("QdqConvToMlasQLinearConv") == 2
+    assert result.fired("ConvToMlasConv") == 0
+    assert [r.reason for r in p.why_not("QdqConvToMlasQLinearConv")] == [
+        "a depthwise Conv: ORT's depthwise kernel is exact (quanta's own path)"
+    ]
+    if onnxruntime_int8_saturates():  # then the codes are ORT's
+        from quanta.session import InferenceSession
+
+        sess = InferenceSession(proto)
+        for seed in range(2):
+            feed = {"x": np.random.default_rng(seed).uniform(-0.2, 2.4, (1, 3, 13, 11)).astype(np.float32)}
+            np.testing.assert_array_equal(sess.run(None, feed)[0], ort_run(proto, feed)[0])

@@ -87,36 +87,6 @@ void im2col(const float* x, const Geometry& g, int64_t n0, int64_t cn, int64_t k
   }
 }
 
-// (MC5): SgemmKernelM1Avx's vmulps / vaddps order over the kb rows of one K block, from
-// y = +0 on the first block. Every block but the last has a multiple of 4 rows (a K of
-// more than one block has blocks of 128 or more), so the groups of four line up with the
-// twin's over the whole K.
-void chain_m1(const float* a, const float* cols, int64_t kb, int64_t cn, float* y, bool accumulate) {
-  if (!accumulate) {
-    for (int64_t n = 0; n < cn; ++n) y[n] = 0.0f;
-  }
-  int64_t kk = 0;
-  for (; kk + 4 <= kb; kk += 4) {
-    const float* b0 = cols + kk * cn;
-    for (int64_t n = 0; n < cn; ++n) {
-      float t = a[kk] * b0[n];
-      t = t + a[kk + 1] * b0[cn + n];
-      t = t + a[kk + 2] * b0[2 * cn + n];
-      t = t + a[kk + 3] * b0[3 * cn + n];
-      y[n] = t + y[n];
-    }
-  }
-  if (kb - kk >= 2) {
-    const float* b0 = cols + kk * cn;
-    for (int64_t n = 0; n < cn; ++n) y[n] = (a[kk] * b0[n] + a[kk + 1] * b0[cn + n]) + y[n];
-    kk += 2;
-  }
-  if (kb - kk == 1) {
-    const float* b0 = cols + kk * cn;
-    for (int64_t n = 0; n < cn; ++n) y[n] = a[kk] * b0[n] + y[n];
-  }
-}
-
 // (MC5'): SgemmKernelM1TransposeBAvx, rows a [mc, k] (row stride lda) against one column
 // b [k]; y[r] has row stride ldy.
 void dot_rows(const float* a, int64_t lda, const float* b, int64_t k, int64_t mc, float* y, int64_t ldy) {
@@ -140,6 +110,36 @@ void dot_rows(const float* a, int64_t lda, const float* b, int64_t k, int64_t mc
 }
 
 }  // namespace
+
+// (MC5): SgemmKernelM1Avx's vmulps / vaddps order over the kb rows of one K block, from
+// y = +0 on the first block. Every block but the last has a multiple of 4 rows (a K of
+// more than one block has blocks of 128 or more), so the groups of four line up with the
+// twin's over the whole K.
+void chain_m1_portable(const float* a, const float* b, int64_t ldb, int64_t kb, int64_t cn, float* y, bool accumulate) {
+  if (!accumulate) {
+    for (int64_t n = 0; n < cn; ++n) y[n] = 0.0f;
+  }
+  int64_t kk = 0;
+  for (; kk + 4 <= kb; kk += 4) {
+    const float* b0 = b + kk * ldb;
+    for (int64_t n = 0; n < cn; ++n) {
+      float t = a[kk] * b0[n];
+      t = t + a[kk + 1] * b0[ldb + n];
+      t = t + a[kk + 2] * b0[2 * ldb + n];
+      t = t + a[kk + 3] * b0[3 * ldb + n];
+      y[n] = t + y[n];
+    }
+  }
+  if (kb - kk >= 2) {
+    const float* b0 = b + kk * ldb;
+    for (int64_t n = 0; n < cn; ++n) y[n] = (a[kk] * b0[n] + a[kk + 1] * b0[ldb + n]) + y[n];
+    kk += 2;
+  }
+  if (kb - kk == 1) {
+    const float* b0 = b + kk * ldb;
+    for (int64_t n = 0; n < cn; ++n) y[n] = a[kk] * b0[n] + y[n];
+  }
+}
 
 std::string set_window(Geometry& g, const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
                        const std::vector<int64_t>& pads) {
@@ -167,6 +167,10 @@ void conv_f32(const float* x, const float* w, const float* bias, float* y, const
               int64_t n_parts, int num_threads, bool use_avx2) {
   const int64_t k = g.c * g.kh * g.kw, n_out = g.oh * g.ow;
   const int64_t units = g.batch * g.group * n_parts;
+  // 1x1, stride 1, no padding: the output plane is the input plane
+  const bool pointwise =
+      g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pl == 0 && g.oh == g.h && g.ow == g.w;
+  const auto chain_m1 = use_avx2 ? chain_m1_avx2 : chain_m1_portable;
   auto body = [&](int64_t u, int) {
     const int64_t* p = parts + 6 * (u % n_parts);
     const int64_t bg = u / n_parts, grp = bg % g.group, img = bg / g.group;
@@ -186,9 +190,14 @@ void conv_f32(const float* x, const float* w, const float* bias, float* y, const
     float* yg = y + ((img * g.group + grp) * g.f + m0) * n_out + n0;
     for (int64_t k0 = 0; k0 < k; k0 += sk) {
       const int64_t k1 = k < k0 + sk ? k : k0 + sk;
+      if (kind == kM1 && pointwise) {
+        // im2col row k of a pointwise Conv is input plane k: the chains read it in place
+        chain_m1(a + k0, xg + k0 * n_out + n0, n_out, k1 - k0, cn, yg, k0 != 0);
+        continue;
+      }
       im2col(xg, g, n0, cn, k0, k1, ld, cols.data());
       if (kind == kM1) {
-        chain_m1(a + k0, cols.data(), k1 - k0, cn, yg, k0 != 0);
+        chain_m1(a + k0, cols.data(), cn, k1 - k0, cn, yg, k0 != 0);
       } else if (kind == kDot) {
         dot_rows(a, k, cols.data(), k, mc, yg, n_out);
       } else if (use_avx2) {

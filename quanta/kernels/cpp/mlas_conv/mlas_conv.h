@@ -58,5 +58,12 @@ void chains_portable(const float* a, int64_t lda, const float* b, int64_t ldb, f
 void chains_avx2(const float* a, int64_t lda, const float* b, int64_t ldb, float* y, int64_t ldy, int64_t rows,
                  int64_t cn, int64_t kb, bool accumulate);
 
+// (MC5) for one K block of kb rows: the filter row a against the columns [0, cn) of b (kb
+// rows of stride ldb: im2col rows, or a pointwise Conv's input planes themselves), from
+// y = +0 when `accumulate` is false. The AVX2 variant computes every output with the same
+// vmulps / vaddps sequence, 8 outputs a vector: bit-identical to the portable one.
+void chain_m1_portable(const float* a, const float* b, int64_t ldb, int64_t kb, int64_t cn, float* y, bool accumulate);
+void chain_m1_avx2(const float* a, const float* b, int64_t ldb, int64_t kb, int64_t cn, float* y, bool accumulate);
+
 }  // namespace mlas_conv
 }  // namespace quanta

@@ -83,5 +83,34 @@ void chains_avx2(const float* a, int64_t lda, const float* b, int64_t ldb, float
   }
 }
 
+void chain_m1_avx2(const float* a, const float* b, int64_t ldb, int64_t kb, int64_t cn, float* y, bool accumulate) {
+  // per output the portable chain's operations in its order (mul, then adds, no FMA);
+  // the vector holds 8 independent outputs, the tail is the portable code itself
+  const int64_t n8 = cn / 8 * 8;
+  for (int64_t n = 0; n < n8; n += 8) {
+    __m256 acc = accumulate ? _mm256_loadu_ps(y + n) : _mm256_setzero_ps();
+    const float* bn = b + n;
+    int64_t kk = 0;
+    for (; kk + 4 <= kb; kk += 4) {
+      const float* b0 = bn + kk * ldb;
+      __m256 t = _mm256_mul_ps(_mm256_set1_ps(a[kk]), _mm256_loadu_ps(b0));
+      t = _mm256_add_ps(t, _mm256_mul_ps(_mm256_set1_ps(a[kk + 1]), _mm256_loadu_ps(b0 + ldb)));
+      t = _mm256_add_ps(t, _mm256_mul_ps(_mm256_set1_ps(a[kk + 2]), _mm256_loadu_ps(b0 + 2 * ldb)));
+      t = _mm256_add_ps(t, _mm256_mul_ps(_mm256_set1_ps(a[kk + 3]), _mm256_loadu_ps(b0 + 3 * ldb)));
+      acc = _mm256_add_ps(t, acc);
+    }
+    if (kb - kk >= 2) {
+      const float* b0 = bn + kk * ldb;
+      const __m256 t = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(a[kk]), _mm256_loadu_ps(b0)),
+                                     _mm256_mul_ps(_mm256_set1_ps(a[kk + 1]), _mm256_loadu_ps(b0 + ldb)));
+      acc = _mm256_add_ps(t, acc);
+      kk += 2;
+    }
+    if (kb - kk == 1) acc = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(a[kk]), _mm256_loadu_ps(bn + kk * ldb)), acc);
+    _mm256_storeu_ps(y + n, acc);
+  }
+  if (n8 < cn) chain_m1_portable(a, b + n8, ldb, kb, cn - n8, y + n8, accumulate);
+}
+
 }  // namespace mlas_conv
 }  // namespace quanta

@@ -1,5 +1,5 @@
 // quanta::MlasQLinearConv's driver (mlas_qconv.h): the (i, j, c) im2col, one saturating
-// GEMM per group, the NCHW transposes, and the portable pairs.
+// GEMM per group, the NCHW <-> NHWC transposes (none channels-last), and the portable pairs.
 #include "mlas_qconv/mlas_qconv.h"
 
 #include <algorithm>
@@ -7,56 +7,65 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "layout/transpose.h"
+#include "qgemm/thread_pool.h"
+
 namespace quanta {
 namespace mlas_qconv {
 namespace {
 
-// dst[c, r] = src[r, c] ^ flip for an [rows, cols] byte matrix (flip 0x80: int8 -> x + 128),
-// in square blocks so both sides stay in cache.
-void transpose_bytes(const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst, uint8_t flip) {
-  constexpr int64_t kB = 32;
-  for (int64_t r0 = 0; r0 < rows; r0 += kB) {
-    const int64_t r1 = std::min(rows, r0 + kB);
-    for (int64_t c0 = 0; c0 < cols; c0 += kB) {
-      const int64_t c1 = std::min(cols, c0 + kB);
-      for (int64_t c = c0; c < c1; ++c) {
-        for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = static_cast<uint8_t>(src[r * cols + c] ^ flip);
-      }
-    }
+// b[i] ^= 0x80 over n bytes: int8 codes as x + 128 (the compiler vectorizes the loop).
+void flip_bytes(uint8_t* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) b[i] = static_cast<uint8_t>(b[i] ^ 0x80);
+}
+
+// dst[0, n) = src[0, n). A run of at most 16 bytes (a 3-channel stem's 3 x 3 kernel row:
+// 9) is one 16-byte copy when src has 16 readable bytes (src_end) and dst's row 16 more
+// (dst_end): the bytes past n land in the same im2col row, where the row's next run or
+// padding is written afterwards (a row is written in increasing address order). A libc
+// memcpy of a variable size cost more than the copy itself.
+inline void copy_run(uint8_t* dst, const uint8_t* src, int64_t n, const uint8_t* src_end, const uint8_t* dst_end) {
+  if (n <= 16 && src + 16 <= src_end && dst + 16 <= dst_end) {
+    std::memcpy(dst, src, 16);
+  } else {
+    std::memcpy(dst, src, static_cast<size_t>(n));
   }
 }
 
-// (QC1) for group `grp`: cols[p, (i, j, c)] from xt [h, w, group·c] (x' codes), zx' outside.
-void im2col(const uint8_t* xt, const Geometry& g, int64_t grp, uint8_t zx, uint8_t* cols) {
+// (QC1) for group `grp`, rows p in [p0, p1): cols[p, (i, j, c)] from xt [h, w, group·c]
+// (x' codes), zx' outside. Each row is written by one call alone and nothing past it, so
+// any split of the rows over threads writes the same bytes.
+void im2col(const uint8_t* xt, const Geometry& g, int64_t grp, uint8_t zx, uint8_t* cols, int64_t p0, int64_t p1) {
   const int64_t ctot = g.group * g.c, k = g.kh * g.kw * g.c, run = g.kw * g.c;
   const bool contiguous = g.dw == 1 && g.group == 1;  // a kernel row is one run of x
-  for (int64_t oh = 0; oh < g.oh; ++oh) {
-    for (int64_t ow = 0; ow < g.ow; ++ow) {
-      uint8_t* row = cols + (oh * g.ow + ow) * k;
-      const int64_t iw0 = ow * g.sw - g.pl;
-      for (int64_t i = 0; i < g.kh; ++i) {
-        const int64_t ih = oh * g.sh - g.pt + i * g.dh;
-        uint8_t* dst = row + i * run;
-        if (ih < 0 || ih >= g.h) {
-          std::memset(dst, zx, static_cast<size_t>(run));
-          continue;
-        }
-        const uint8_t* src = xt + ih * g.w * ctot + grp * g.c;
-        if (contiguous) {
-          const int64_t j0 = std::min(g.kw, std::max<int64_t>(0, -iw0));
-          const int64_t j1 = std::max(j0, std::min(g.kw, g.w - iw0));
-          if (j0 > 0) std::memset(dst, zx, static_cast<size_t>(j0 * g.c));
-          if (j1 > j0) std::memcpy(dst + j0 * g.c, src + (iw0 + j0) * ctot, static_cast<size_t>((j1 - j0) * g.c));
-          if (j1 < g.kw) std::memset(dst + j1 * g.c, zx, static_cast<size_t>((g.kw - j1) * g.c));
-          continue;
-        }
-        for (int64_t j = 0; j < g.kw; ++j) {
-          const int64_t iw = iw0 + j * g.dw;
-          if (iw < 0 || iw >= g.w) {
-            std::memset(dst + j * g.c, zx, static_cast<size_t>(g.c));
-          } else {
-            std::memcpy(dst + j * g.c, src + iw * ctot, static_cast<size_t>(g.c));
-          }
+  const uint8_t* xt_end = xt + g.h * g.w * ctot;
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t oh = p / g.ow, ow = p % g.ow;
+    uint8_t* row = cols + p * k;
+    const uint8_t* row_end = row + k;
+    const int64_t iw0 = ow * g.sw - g.pl;
+    for (int64_t i = 0; i < g.kh; ++i) {
+      const int64_t ih = oh * g.sh - g.pt + i * g.dh;
+      uint8_t* dst = row + i * run;
+      if (ih < 0 || ih >= g.h) {
+        std::memset(dst, zx, static_cast<size_t>(run));
+        continue;
+      }
+      const uint8_t* src = xt + ih * g.w * ctot + grp * g.c;
+      if (contiguous) {
+        const int64_t j0 = std::min(g.kw, std::max<int64_t>(0, -iw0));
+        const int64_t j1 = std::max(j0, std::min(g.kw, g.w - iw0));
+        if (j0 > 0) std::memset(dst, zx, static_cast<size_t>(j0 * g.c));
+        if (j1 > j0) copy_run(dst + j0 * g.c, src + (iw0 + j0) * ctot, (j1 - j0) * g.c, xt_end, row_end);
+        if (j1 < g.kw) std::memset(dst + j1 * g.c, zx, static_cast<size_t>((g.kw - j1) * g.c));
+        continue;
+      }
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const int64_t iw = iw0 + j * g.dw;
+        if (iw < 0 || iw >= g.w) {
+          std::memset(dst + j * g.c, zx, static_cast<size_t>(g.c));
+        } else {
+          copy_run(dst + j * g.c, src + iw * ctot, g.c, xt_end, row_end);
         }
       }
     }
@@ -133,34 +142,55 @@ std::shared_ptr<Packed> pack(const int8_t* w, const int32_t* zw, int64_t group, 
 }
 
 void conv(const Packed& pw, const void* x, bool x_signed, int32_t zx, const int32_t* bias, const float* multiplier,
-          int32_t zy, bool y_signed, void* y, const Geometry& g, int num_threads) {
+          int32_t zy, bool y_signed, void* y, const Geometry& g, int num_threads, bool channels_last) {
   if (g.group != pw.group || g.c != pw.c || g.f != pw.f || g.kh != pw.kh || g.kw != pw.kw) {
     throw std::invalid_argument("mlas_qconv: the geometry does not match the packed weights");
   }
   static thread_local std::vector<uint8_t> xt, cols, yt;
   static thread_local qgemm::Workspace ws;
   const int64_t ctot = g.group * g.c, ftot = g.group * g.f, hw = g.h * g.w, rows = g.oh * g.ow, k = pw.k();
-  const uint8_t flip = x_signed ? 0x80 : 0;
   const int32_t zxu = x_signed ? zx + 128 : zx;
-  // a 1x1 Conv of stride 1 without pads reads xt itself (row stride G·C)
+  // a 1x1 Conv of stride 1 without pads reads the [h·w, G·C] input itself (row stride G·C)
   const bool pointwise =
       g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pl == 0 && g.oh == g.h && g.ow == g.w;
-  xt.resize(static_cast<size_t>(hw * ctot));
+  // the im2col splits its rows over the threads when it moves enough bytes to pay for a
+  // second thread (~256 KiB), in chunks of ~32 KiB
+  const int im2col_threads = rows * k >= (int64_t{256} << 10) ? num_threads : 1;
+  const int64_t im2col_grain = std::max<int64_t>(1, (int64_t{32} << 10) / std::max<int64_t>(1, k));
+  // a channels-last uint8 x is the GEMM's input as it is; otherwise one copy per image
+  // (NCHW -> NHWC, and int8 codes + 128)
+  const bool copy_x = !channels_last || x_signed;
+  if (copy_x) xt.resize(static_cast<size_t>(hw * ctot));
   if (!pointwise) cols.resize(static_cast<size_t>(rows * k));
-  yt.resize(static_cast<size_t>(rows * ftot));
+  if (!channels_last) yt.resize(static_cast<size_t>(rows * ftot));
   for (int64_t n = 0; n < g.batch; ++n) {
-    transpose_bytes(static_cast<const uint8_t*>(x) + n * ctot * hw, ctot, hw, xt.data(), flip);
+    const uint8_t* xn = static_cast<const uint8_t*>(x) + n * ctot * hw;
+    uint8_t* yn = static_cast<uint8_t*>(y) + n * ftot * rows;
+    const uint8_t* xh = xn;  // [h, w, G·C] x' codes
+    if (copy_x) {
+      if (channels_last) {
+        std::memcpy(xt.data(), xn, static_cast<size_t>(hw * ctot));
+      } else {
+        layout::transpose_batched(xn, xt.data(), 1, ctot, hw, 1, num_threads);
+      }
+      if (x_signed) flip_bytes(xt.data(), hw * ctot);
+      xh = xt.data();
+    }
+    uint8_t* yh = channels_last ? yn : yt.data();  // [oh·ow, G·F]
     for (int64_t grp = 0; grp < g.group; ++grp) {
-      const uint8_t* a = xt.data() + grp * g.c;
+      const uint8_t* a = xh + grp * g.c;
       int64_t lda = ctot;
       if (!pointwise) {
-        im2col(xt.data(), g, grp, static_cast<uint8_t>(zxu), cols.data());
-        a = cols.data();
+        uint8_t* c = cols.data();
+        qgemm::parallel_ranges(im2col_threads, rows, im2col_grain, [&](int64_t p0, int64_t p1) {
+          im2col(xh, g, grp, static_cast<uint8_t>(zxu), c, p0, p1);
+        });
+        a = c;
         lda = k;
       }
       const int32_t* b = bias ? bias + grp * g.f : nullptr;
       const float* m = multiplier + grp * g.f;
-      uint8_t* yg = yt.data() + grp * g.f;
+      uint8_t* yg = yh + grp * g.f;
       if (!pw.avx2) {
         gemm_portable(pw, grp, a, lda, rows, zxu, bias, multiplier, zy, y_signed, yg, ftot);
         continue;
@@ -184,7 +214,7 @@ void conv(const Packed& pw, const void* x, bool x_signed, int32_t zx, const int3
       ws.reserve(qgemm::qgemm_workspace_bytes(p));
       qgemm::qgemm(p, ws);
     }
-    transpose_bytes(yt.data(), rows, ftot, static_cast<uint8_t*>(y) + n * ftot * rows, 0);
+    if (!channels_last) layout::transpose_batched(yt.data(), yn, 1, rows, ftot, 1, num_threads);
   }
 }
 

@@ -15,10 +15,17 @@
 // clips each pair by itself, the zero points and the requantization are qgemm's exact
 // epilogue (its folded form equals (QC3) term by term, its Requant::kFloat equals (QC4)).
 // Portable: the same pairs, clipped in scalar C++. A grouped Conv is one GEMM per group
-// into its columns of an [P, G·F] NHWC block, then transposed to NCHW.
+// into its columns of an [P, G·F] NHWC block.
 //
-// Threads: qgemm splits each GEMM (same bytes for any count); the im2col and the
-// transposes are copies on the caller.
+// Layout: the GEMM reads (QC1)'s rows from x in [h, w, G·C] order and writes y as
+// [oh·ow, G·F], so an NCHW x is transposed in per image and y transposed back out;
+// channels_last (x [batch, h, w, G·C], y [batch, oh, ow, G·F], what the channels-last pass
+// asks for between consecutive convolutions) skips both: a uint8 x feeds the im2col (or a
+// pointwise GEMM) as it is, an int8 x is copied once with its codes + 128. The arithmetic
+// is the same either way: the layouts only move bytes.
+//
+// Threads: qgemm splits each GEMM, the im2col its rows and the transposes their blocks
+// (every byte is written by one thread, whatever the split: the same bytes for any count).
 #pragma once
 
 #include <cstdint>
@@ -51,9 +58,9 @@ std::shared_ptr<Packed> pack(const int8_t* w, const int32_t* zw, int64_t group, 
 
 // x [batch, group·c, h, w] codes (int8 when x_signed), zx in x's range; bias [group·f] or
 // null; multiplier [group·f] (finite, > 0); zy in y's range; y [batch, group·f, oh, ow]
-// (int8 when y_signed).
+// (int8 when y_signed). channels_last: x [batch, h, w, group·c], y [batch, oh, ow, group·f].
 void conv(const Packed& pw, const void* x, bool x_signed, int32_t zx, const int32_t* bias, const float* multiplier,
-          int32_t zy, bool y_signed, void* y, const Geometry& g, int num_threads);
+          int32_t zy, bool y_signed, void* y, const Geometry& g, int num_threads, bool channels_last = false);
 
 }  // namespace mlas_qconv
 }  // namespace quanta
