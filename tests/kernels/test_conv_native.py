@@ -1426,6 +1426,18 @@ def expected_avx2_kernel(case: ConvCase) -> str:
     return ("qconv_implicit+" if chunk % 4 == 0 else "qconv_im2col+") + PAIR_SAFE_FAMILY
 
 
+def check_avx2_family(case: ConvCase) -> None:
+    """NCHW and channels-last runs bit-exact with the twin (check, check_nhwc), on the avx2
+    kernel :func:`expected_avx2_kernel` names (a 1x1 uint8 NHWC convolution runs as a plain
+    GEMM, whose name differs)."""
+    want = expected_avx2_kernel(case)
+    kernels = check(case)
+    assert kernels[ISAS.index("avx2")] == want, kernels
+    kernels = check_nhwc(case)
+    if not kernels[ISAS.index("avx2")].startswith("qconv_gemm+"):
+        assert kernels[ISAS.index("avx2")] == want, kernels
+
+
 # (x shape, w shape, attrs, why): channels 3, 7, 17; K > 258; groups; strides; dilations
 SEVEN_BIT_GEMM = [
     ((1, 3, 13, 11), (7, 3, 3, 4), {"pads": [1, 2, 1, 1]}, "3 channels, 1x4 taps: 12 k a chunk, implicit"),
@@ -1458,12 +1470,7 @@ def test_avx2_seven_bit_weights_take_the_implicit_path(x_shape, w_shape, attrs, 
     case = seven_bit(
         random_case(rng, x_shape, w_shape, x_dtype=x_dtype, w_dtype=w_dtype, per_channel=True, **attrs)
     )
-    want = expected_avx2_kernel(case)
-    kernels = check(case)
-    assert kernels[ISAS.index("avx2")] == want, kernels
-    kernels = check_nhwc(case)
-    if not kernels[ISAS.index("avx2")].startswith("qconv_gemm+"):  # 1x1 uint8 NHWC: a plain GEMM
-        assert kernels[ISAS.index("avx2")] == want, kernels
+    check_avx2_family(case)
 
 
 @pytest.mark.skipif("avx2" not in ISAS, reason="this CPU does not run avx2")
@@ -1579,12 +1586,7 @@ def test_avx2_pair_safe_weights_take_the_vpmaddubsw_family(x_shape, w_shape, att
     case = random_case(rng, x_shape, w_shape, x_dtype=x_dtype, w_dtype=w_dtype, per_channel=True, **attrs)
     case = pair_safe(case, rng)
     assert np.abs(case.w.astype(np.int32) - (128 if w_dtype == np.uint8 else 0)).max() >= 127
-    want = expected_avx2_kernel(case)
-    kernels = check(case)
-    assert kernels[ISAS.index("avx2")] == want, kernels
-    kernels = check_nhwc(case)
-    if not kernels[ISAS.index("avx2")].startswith("qconv_gemm+"):  # 1x1 uint8 NHWC: a plain GEMM
-        assert kernels[ISAS.index("avx2")] == want, kernels
+    check_avx2_family(case)
 
 
 @pytest.mark.skipif("avx2" not in ISAS, reason="this CPU does not run avx2")

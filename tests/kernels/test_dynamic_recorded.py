@@ -23,6 +23,7 @@ import pytest
 from quanta.kernels import _native
 from quanta.kernels.reference.ms_qgemm import matmul_integer_to_float
 from quanta.kernels.reference.quantize import dynamic_quantize_linear
+from tests.kernels.test_elementwise_native import assert_same
 
 pytestmark = pytest.mark.skipif(
     not hasattr(_native, "dynamic_quantize_linear_into"), reason="the extension predates the recorded DQL"
@@ -51,22 +52,6 @@ def _ranges(rng: np.random.Generator, shape: tuple[int, ...]) -> list[np.ndarray
     return out
 
 
-def _assert_same(expected: np.ndarray, actual: np.ndarray, label: str) -> None:
-    expected, actual = np.asarray(expected), np.asarray(actual)
-    if (
-        expected.dtype == actual.dtype
-        and expected.shape == actual.shape
-        and expected.tobytes() == actual.tobytes()
-    ):
-        return
-    diff = np.argwhere(~((expected == actual) | (np.isnan(expected) & np.isnan(actual))))
-    first = tuple(diff[0]) if len(diff) else ()
-    raise AssertionError(
-        f"{label}: {len(diff)} elements differ, first at {first}: expected "
-        f"{expected[first] if first else expected!r}, got {actual[first] if first else actual!r}"
-    )
-
-
 @pytest.mark.parametrize("shape", [(1,), (7, 17), (3, 300), (5, 1031)])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_dynamic_quantize_into_recorded_follows_each_runs_data(shape: tuple[int, ...], threads: int) -> None:
@@ -87,7 +72,7 @@ def test_dynamic_quantize_into_recorded_follows_each_runs_data(shape: tuple[int,
                 for name, e, a in zip(
                     ("y", "scale", "zero_point"), want, (y, scale, zero_point), strict=True
                 ):
-                    _assert_same(e, a, f"{isa}, threads {threads}, input {k}: {name}")
+                    assert_same(e, a, f"{isa}, threads {threads}, input {k}: {name}")
     finally:
         _native.clear_isa()
 
@@ -156,7 +141,7 @@ def test_recorded_scaled_gemm_reads_the_scale_of_each_run(
         with np.errstate(invalid="ignore", over="ignore"):
             q, s, z = dynamic_quantize_linear(a)
             want = matmul_integer_to_float(q, w, s, sb, z, zb, fb)
-        _assert_same(want, out, f"{m}x{k}x{n}, run {run}, scale {s}, zero point {z}")
+        assert_same(want, out, f"{m}x{k}x{n}, run {run}, scale {s}, zero point {z}")
 
 
 @pytest.mark.parametrize("value", [0.0, np.inf, np.nan, -0.5])
@@ -182,10 +167,10 @@ def test_recorded_scaled_gemm_with_a_scale_the_kernel_refuses_follows_the_twin(v
     program.run()
     with np.errstate(invalid="ignore", over="ignore"):
         want = matmul_integer_to_float(qa, w, sa, sb, za, zb, fb)
-    _assert_same(want, out, f"a_scale {value}")
+    assert_same(want, out, f"a_scale {value}")
     sa[...] = 0.013  # back to a valid multiplier: the kernel's own output stage again
     program.run()
-    _assert_same(matmul_integer_to_float(qa, w, sa, sb, za, zb, fb), out, "a_scale 0.013")
+    assert_same(matmul_integer_to_float(qa, w, sa, sb, za, zb, fb), out, "a_scale 0.013")
 
 
 @pytest.mark.parametrize("while_recording", [np.nan, 0.0, -1.0])
@@ -207,4 +192,4 @@ def test_scaled_gemm_records_whatever_the_scale_holds_while_recording(while_reco
     )
     sa[...], za[...] = 0.021, 140
     program.run()
-    _assert_same(matmul_integer_to_float(qa, w, sa, sb, za, zb, None), out, "after recording")
+    assert_same(matmul_integer_to_float(qa, w, sa, sb, za, zb, None), out, "after recording")
