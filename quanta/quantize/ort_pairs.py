@@ -37,6 +37,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from quanta.kernels.reference.qgemm import PAIR_CODE_BOUND
+
 __all__ = [
     "PAIR_LIMIT",
     "conv_partners",
@@ -47,8 +49,9 @@ __all__ = [
     "project_pairs",
 ]
 
-#: the largest sum of same-sign code magnitudes in a pair that no uint8 input overflows, eq. (12m)
-PAIR_LIMIT = 128
+#: the largest sum of same-sign code magnitudes in a pair that no uint8 input overflows, eq. (12m):
+#: the bound of the kernels' own pair check (reference/qgemm.py pairs_fit_int16, eq. (K2)), one fact
+PAIR_LIMIT = PAIR_CODE_BOUND
 
 
 def k_partners(k: int) -> np.ndarray:

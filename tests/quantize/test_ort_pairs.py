@@ -408,3 +408,32 @@ def test_recipe_and_cli(tmp_path, capsys):
     assert json.loads(proto.metadata_props[0].value)["weight_pairs"] == "ort"
     assert saturating_weights(proto) == []
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("k", [2, 7, 259])
+@pytest.mark.parametrize("n", [3, 17])
+def test_the_quantizer_rule_is_the_kernels_pair_check(k, n):
+    """Eq. (12m) on a MatMul's K pairs and quanta's own packing check (reference/qgemm.py
+    pairs_fit_int16, eq. (K2)) accept the same int8 columns: a file the quantizer makes
+    pair-safe runs quanta's vpmaddubsw family. Codes drawn near the bound (|w| 50-127, both
+    signs, some pairs at or past the bound of 128), columns one at a time so each verdict
+    is compared."""
+    from quanta.kernels.reference.qgemm import pairs_fit_int16
+
+    rng = np.random.default_rng(k * 31 + n)
+    partners = pair_partners("MatMul", (k, n))
+    verdicts = set()
+    for _ in range(40):
+        w = rng.integers(-3, 4, (k, n)).astype(np.int8)
+        for col in range(n):
+            big = rng.choice(k, size=min(k, 4), replace=False)  # a few large codes, random signs
+            w[big, col] = rng.integers(60, 128, big.size) * rng.choice([-1, 1], big.size)
+            if k > 1 and rng.random() < 0.5:  # a pair (2j, 2j + 1) of large codes, one sign
+                j, sign = 2 * int(rng.integers(k // 2)), int(rng.choice([-1, 1]))
+                w[j : j + 2, col] = sign * rng.integers(50, 128, 2)
+        for col in range(n):
+            rows = w[:, col][None]  # [1, K]: the quantizer's rows are a MatMul's columns
+            safe = not pair_excess(rows, partners).any()
+            assert safe == pairs_fit_int16(w[:, col : col + 1]), (k, n, col, w[:, col].tolist())
+            verdicts.add(safe)
+    assert verdicts == {True, False}  # both verdicts occur: the comparison is not vacuous
