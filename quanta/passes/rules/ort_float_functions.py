@@ -872,6 +872,17 @@ class QdqConvToMlasQLinearConv(Rule):
         )
 
 
+def _prepacked_int8_b(m: Match, sb: object) -> NoMatch | None:
+    """None when b (storage ``sb``) is the constant int8 matrix ORT prepacks for its
+    saturating u8·s8 kernels, else why not (QLinearMatMul and QGemm groups alike)."""
+    if sb != I8:
+        return NoMatch(f"b is {sb}, not int8 (ORT's u8·u8 kernel widens to int16: exact)")
+    wq = _constant_codes(m["bq"])
+    if wq is None or wq.ndim != 2:
+        return NoMatch("b is not a constant matrix (ORT prepacks only a constant 2-D b)")
+    return None
+
+
 class QdqMatMulToSaturatingQLinearMatMul(Rule):
     """Q(MatMul(DQ(a: u8), DQ(b: int8 constant))) (a group ORT fuses into QLinearMatMul)
     -> QLinearMatMul(a, sa, za, b, sb, zb, sy, zy) with ``saturating_pairs = 1``
@@ -887,11 +898,9 @@ class QdqMatMulToSaturatingQLinearMatMul(Rule):
         # int8 y (measured, ORT 1.32)
         if sa != U8 or sy not in (U8, I8):
             return NoMatch(f"a is {sa} and y {sy}: not a group ORT fuses into its u8·s8 QLinearMatMul")
-        if sb != I8:
-            return NoMatch(f"b is {sb}, not int8 (ORT's u8·u8 kernel widens to int16: exact)")
-        wq = _constant_codes(m["bq"])
-        if wq is None or wq.ndim != 2:
-            return NoMatch("b is not a constant matrix (ORT prepacks only a constant 2-D b)")
+        bad = _prepacked_int8_b(m, sb)
+        if bad is not None:
+            return bad
         return matmul_check(m, storage_8bit)
 
     def rewrite(self, m: Match, b: Builder) -> Value:
@@ -912,11 +921,9 @@ class QdqGemmToSaturatingQGemm(Rule):
         # group keeps LowerGemm's exact sum
         if sa != U8 or sy != U8:
             return NoMatch(f"a is {sa} and y {sy}: not uint8 a and y (QGemm's Y has A's type)")
-        if sb != I8:
-            return NoMatch(f"b is {sb}, not int8 (ORT's u8·u8 kernel widens to int16: exact)")
-        wq = _constant_codes(m["bq"])
-        if wq is None or wq.ndim != 2:
-            return NoMatch("b is not a constant matrix (ORT prepacks only a constant 2-D b)")
+        bad = _prepacked_int8_b(m, sb)
+        if bad is not None:
+            return bad
         return LowerGemm().check(m)
 
     def rewrite(self, m: Match, b: Builder) -> Value:
