@@ -89,15 +89,15 @@ def matmul_file(k, n, per_channel, seed, batch=(2, 9), y_signed=False):
     return qdq_file(nodes, inits, (*batch, k), y_signed), (*batch, k)
 
 
-def gemm_file(k, n, per_channel, seed, m=5):
-    rng = np.random.default_rng(seed)
-    wq, sw, zw = weight(rng, (n, k), 0, per_channel)
+def weight_and_bias(rng, shape, per_channel):
+    """DequantizeLinear of int8 weight codes (``weight``, output axis 0) and of an int32
+    bias whose scales are 0.031 of the weight's, and their initializers."""
+    wq, sw, zw = weight(rng, shape, 0, per_channel)
     sb = (np.float32(0.031) * sw).astype(np.float32)
-    b = rng.integers(-3000, 3000, n).astype(np.int32)
+    b = rng.integers(-3000, 3000, shape[0]).astype(np.int32)
     nodes = [
         helper.make_node("DequantizeLinear", ["wq", "sw", "zw"], ["wd"], axis=0),
         helper.make_node("DequantizeLinear", ["bq", "sb", "zb"], ["bd"], axis=0),
-        helper.make_node("Gemm", ["xd", "wd", "bd"], ["y"], transB=1),
     ]
     zb = np.zeros(sb.shape, np.int32)
     inits = [
@@ -108,30 +108,21 @@ def gemm_file(k, n, per_channel, seed, m=5):
         const("sb", sb),
         const("zb", zb),
     ]
+    return nodes, inits
+
+
+def gemm_file(k, n, per_channel, seed, m=5):
+    nodes, inits = weight_and_bias(np.random.default_rng(seed), (n, k), per_channel)
+    nodes.append(helper.make_node("Gemm", ["xd", "wd", "bd"], ["y"], transB=1))
     return qdq_file(nodes, inits, (m, k)), (m, k)
 
 
 def conv1d_file(c, f, k, stride, seed, length=37):
-    rng = np.random.default_rng(seed)
-    wq, sw, zw = weight(rng, (f, c, k), 0, True)
-    sb = (np.float32(0.031) * sw).astype(np.float32)
-    b = rng.integers(-3000, 3000, f).astype(np.int32)
-    nodes = [
-        helper.make_node("DequantizeLinear", ["wq", "sw", "zw"], ["wd"], axis=0),
-        helper.make_node("DequantizeLinear", ["bq", "sb", "zb"], ["bd"], axis=0),
-        helper.make_node(
-            "Conv", ["xd", "wd", "bd"], ["y"], kernel_shape=[k], strides=[stride], pads=[k // 2, k // 2]
-        ),
-    ]
-    zb = np.zeros(f, np.int32)
-    inits = [
-        const("wq", wq),
-        const("sw", sw),
-        const("zw", zw),
-        const("bq", b),
-        const("sb", sb),
-        const("zb", zb),
-    ]
+    nodes, inits = weight_and_bias(np.random.default_rng(seed), (f, c, k), True)
+    pads = [k // 2, k // 2]
+    nodes.append(
+        helper.make_node("Conv", ["xd", "wd", "bd"], ["y"], kernel_shape=[k], strides=[stride], pads=pads)
+    )
     return qdq_file(nodes, inits, (2, c, length)), (2, c, length)
 
 
