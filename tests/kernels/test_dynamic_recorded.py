@@ -25,10 +25,6 @@ from quanta.kernels.reference.ms_qgemm import matmul_integer_to_float
 from quanta.kernels.reference.quantize import dynamic_quantize_linear
 from tests.kernels.test_elementwise_native import assert_same
 
-pytestmark = pytest.mark.skipif(
-    not hasattr(_native, "dynamic_quantize_linear_into"), reason="the extension predates the recorded DQL"
-)
-
 ISAS: list[str] = list(_native.supported_isas())
 F32 = np.float32
 

@@ -426,30 +426,3 @@ def test_onnxruntimes_dynamic_quantization_runs_inside_the_program(tmp_path, thr
     left = {sess.plan.steps[t[0]].node.name for t in bound.fast_steps if t[2] is not _PROGRAM}
     assert left == {"norm0", "relu"}
     assert bound.program_steps[0] == len(sess.plan.steps) - 2
-
-
-def test_an_extension_without_the_recorded_scale_keeps_the_chain_in_the_loop(tmp_path, monkeypatch) -> None:
-    """An extension built before ``dynamic_quantize_linear_into`` (main's, until rebuilt):
-    DynamicQuantizeLinear copies its new arrays into its arena places and the GEMMs that
-    read them stay in the Python loop. Failure signature: a GEMM recorded with the scale
-    of the recording run (right once, then wrong), or a recorded reader of a place no
-    step writes (stale from the first run)."""
-    from onnxruntime.quantization import quantize_dynamic
-
-    import quanta.targets.native.elementwise as elementwise
-    import quanta.targets.native.gemm as gemm
-
-    monkeypatch.setattr(elementwise, "_dql_writes_places", lambda: False)
-    monkeypatch.setattr(gemm, "_scale_read_at_run_time", lambda: False)
-    src, dyn = tmp_path / "block.onnx", tmp_path / "block.dyn.onnx"
-    _dynamic_attention_model(src)
-    quantize_dynamic(src, dyn)
-    sess = quanta.InferenceSession(str(dyn))
-    ref = quanta.InferenceSession(str(dyn), backend="reference")
-    rng = np.random.default_rng(8)
-    for scale in (1.0, 0.02, 30.0):
-        feeds = {"x": (rng.normal(0.2, 1, (7, 300)) * scale).astype(np.float32)}
-        np.testing.assert_array_equal(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
-    (bound,) = sess.executor.bound_runs().values()
-    left = [sess.plan.steps[t[0]].op_type for t in bound.fast_steps if t[2] is not _PROGRAM]
-    assert left.count("MatMulIntegerToFloat") == 3 and left.count("DynamicQuantizeLinear") == 3

@@ -438,12 +438,6 @@ def _dql_places(out: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     return out
 
 
-def _dql_writes_places() -> bool:
-    """Whether the extension writes DynamicQuantizeLinear into given arrays (an extension
-    built before ``dynamic_quantize_linear_into`` makes new ones, copied into the places)."""
-    return hasattr(_native(), "dynamic_quantize_linear_into")
-
-
 @_with_fallback("DynamicQuantizeLinear")
 def _dynamic_quantize_linear_native(ctx: Any, x: Any, *, prepared: Any, out: Any) -> tuple:
     """DynamicQuantizeLinear: (y u8, scale f32 0-d, zero point u8 0-d), eq. (10); ``out``:
@@ -453,7 +447,7 @@ def _dynamic_quantize_linear_native(ctx: Any, x: Any, *, prepared: Any, out: Any
         raise _Unsupported
     x = np.ascontiguousarray(x)
     places = _dql_places(out)
-    if places is not None and _dql_writes_places():
+    if places is not None:
         return tuple(_native().dynamic_quantize_linear_into(x, *places, _threads(ctx)))
     res = tuple(_native().dynamic_quantize_linear(x, _threads(ctx)))
     return res if out is None else _into_places(out, res)
@@ -497,7 +491,7 @@ def _dynamic_quantize_linear_specialized(
     threads = sig.num_threads if shape is None else step_threads(sig, math.prod(shape))
     places = _dql_places(sig.out)
     dql = _native().dynamic_quantize_linear
-    if places is not None and _dql_writes_places():
+    if places is not None:
         into = _native().dynamic_quantize_linear_into
         y, scale, zero_point = places
 
@@ -507,13 +501,6 @@ def _dynamic_quantize_linear_specialized(
         return guarded(
             planned, _dynamic_quantize_linear_native, {"prepared": prepared}, places, recordable=True
         )
-    if places is not None:
-        # the runtime reads the outputs from their places (a recorded reader of the
-        # scale): the new arrays are copied there
-        def copied(x: np.ndarray) -> tuple:
-            return _into_places(places, dql(x, threads))
-
-        return guarded(copied, _dynamic_quantize_linear_native, {"prepared": prepared}, places)
     return guarded(
         lambda x: dql(x, threads),
         _dynamic_quantize_linear_native,

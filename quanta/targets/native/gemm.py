@@ -1335,16 +1335,8 @@ def _matmul_integer_to_float_specialized(
         params,
         out,
         reads=(0, 2, 4) if has_za else (0, 2),
-        recordable=_scale_read_at_run_time(),
+        recordable=True,
     )
-
-
-def _scale_read_at_run_time() -> bool:
-    """Whether a recorded ``qgemm_scaled_float`` call reads a_scale and a_zero_point on
-    every run of its native program (bindings_qgemm.cc RuntimeScale). An extension built
-    before that reads them once, when recorded, so its calls must stay in the Python loop;
-    ``dynamic_quantize_linear_into`` came in the same build and marks it."""
-    return hasattr(_native, "dynamic_quantize_linear_into")
 
 
 def _matmul_integer_to_float_runtime_b(
