@@ -345,11 +345,16 @@ class _WeightCache:
         digest = hashlib.sha256(np.ascontiguousarray(data).tobytes()).hexdigest()
         return (digest, data.shape, str(data.dtype), *how)
 
-    def matmul_like(self, w: Value, wdata: np.ndarray, axis: int | None):
-        """(qtype, int weight, zero point) of ``wdata`` (w's values, maybe transposed)."""
+    def matmul_like(self, w: Value, wdata: np.ndarray, axis: int | None, *, k_pairs: bool = False):
+        """(qtype, int weight, zero point) of ``wdata`` (w's values, maybe transposed).
+        ``k_pairs``: ``wdata`` is a MatMulInteger's [K, N], whose int8 codes ONNX Runtime's
+        saturating u8·s8 GEMM adds in pairs along K: with ``recipe.weight_pairs`` "ort" /
+        "ort_rows" every pair keeps eq. (12m), as the static QDQ weights and the
+        DynamicQuantizeLSTM weights do (the per-row 7-bit choice of "ort_rows" needs the
+        layer error GPTQ measures on calibration data, which dynamic quantization has not)."""
         recipe = self.recipe
         storage = recipe.weight_storage if recipe.weight_storage.bits == 8 else U8
-        key = self._key(wdata, "w", axis, str(storage))
+        key = self._key(wdata, "w", axis, str(storage), k_pairs)
         if key not in self.entries:
             g = self.g
             plan = TensorPlan(w.name, "weight", storage, True, axis=axis)
@@ -357,6 +362,8 @@ class _WeightCache:
             expressed = F32 if expressed == F16 else expressed  # the scale multiplies in float32
             qw = _weight_type(wdata, plan, expressed, recipe)
             wq_data = quantize_linear(wdata, qw.scale_array(), qw.zero_point_array(), axis=qw.axis)
+            if k_pairs and recipe.weight_pairs in ("ort", "ort_rows") and storage.signed and wdata.ndim == 2:
+                wq_data = _pair_safe_k(wdata, wq_data, qw)
             wq = g.add_initializer(
                 g.fresh_name(f"{w.name}_quantized"), wq_data, TensorType(qw, tuple(wq_data.shape))
             )
@@ -370,6 +377,24 @@ class _WeightCache:
         if key not in self.entries:
             self.entries[key] = _const(self.g, f"{w.name}_scale", sw)
         return self.entries[key]
+
+
+def _pair_safe_k(wdata: np.ndarray, codes: np.ndarray, qw: Any) -> np.ndarray:
+    """The int8 codes ``codes`` of ``wdata`` [K, N] (scale per tensor or per column ``qw``)
+    with every pair of K rows (2j, 2j + 1) kept within eq. (12m) (ort_pairs.project_pairs:
+    a pair that breaks it moves to the nearest pair on its bound; the others stay)."""
+    from quanta.quantize.ort_pairs import k_partners, project_pairs
+
+    if int(np.abs(codes.astype(np.int32)).max(initial=0)) <= 64:
+        return codes  # every pair sum is at most 128
+    scale = np.asarray(qw.scale_array(), np.float32)
+    zp = np.asarray(qw.zero_point_array(), np.float64)
+    shape = (1, -1) if scale.size > 1 else (1, 1)
+    # the real codes nearest rounding rounds (eq. (2): the quotient in float32)
+    u = (wdata.astype(np.float32) / scale.reshape(shape)).astype(np.float64) + zp.reshape(shape)
+    info = np.iinfo(codes.dtype)
+    new, _ = project_pairs(u.T, codes.T, k_partners(wdata.shape[0]), int(info.min) + 1, int(info.max))
+    return np.ascontiguousarray(new.T.astype(codes.dtype))
 
 
 def _rewrite(g: Graph, node: Node, recipe: Recipe, cache: dict, weights: _WeightCache) -> None:
@@ -388,7 +413,7 @@ def _rewrite(g: Graph, node: Node, recipe: Recipe, cache: dict, weights: _Weight
         alpha = float(node.attrs.get("alpha", 1.0))
         beta = float(node.attrs.get("beta", 1.0))
     axis = (0 if op == "Conv" else 1) if recipe.per_channel else None
-    qw, wq, zw = weights.matmul_like(w, wdata, axis)
+    qw, wq, zw = weights.matmul_like(w, wdata, axis, k_pairs=op != "Conv")
     xq, sx, zx = _dynamic_quantize(g, x, node, cache)
     # Detach the float node first: its output y gets a new producer below.
     anchor = g.nodes[g.nodes.index(node) + 1] if g.nodes.index(node) + 1 < len(g.nodes) else None

@@ -94,7 +94,9 @@ def _add_bodies(
     (in the file or once lowered: ``trips``, Loop node name -> trip count) or the scan
     length is static, else once. A constant trip count is an upper bound when the
     body's condition ends the loop early (a decoder's end token); it is counted, as in
-    every file of the model. Each choice is written in ``report.notes``."""
+    every file of the model, unless it is no bound at all (``UNBOUNDED_TRIP_COUNT`` or
+    more: a while loop as exporters write it), which counts once like a missing one.
+    Each choice is written in ``report.notes``."""
     import onnx
 
     from quanta.ir.onnx_io import subgraph_model
@@ -158,16 +160,24 @@ def _with_shape(v, shapes: Mapping[str, tuple[int, ...]]):
     return Value(v.name, TensorType(v.type.elem, tuple(shapes[v.name])))
 
 
+#: a Loop trip count at or above this is no bound: exporters write a while loop (a decoder
+#: running to its end token) as ``M = INT64_MAX`` (torch.onnx) or INT32_MAX with the
+#: condition ending it, and counting its body that often makes every share the body's alone
+UNBOUNDED_TRIP_COUNT = 2**31 - 1
+
+
 def _iterations(node, shapes: Mapping[str, tuple[int, ...]], folded: int | None = None) -> tuple[int, str]:
     """How many times a Loop or Scan runs its body, as far as the file says (``folded``:
     a Loop's trip count once its constant expressions are folded)."""
     if node.op_type == "Loop":
         m = node.inputs[0] if node.inputs else None
         if m is not None and m.const is not None:
-            return max(int(np.asarray(m.const).reshape(-1)[0]), 0), "constant trip count"
-        if folded is not None:
-            return max(folded, 0), "constant trip count"
-        return 1, "trip count not a constant: one iteration counted"
+            folded = int(np.asarray(m.const).reshape(-1)[0])
+        if folded is None:
+            return 1, "trip count not a constant: one iteration counted"
+        if folded >= UNBOUNDED_TRIP_COUNT:
+            return 1, f"trip count {folded}, no bound (the condition ends the loop): one iteration counted"
+        return max(folded, 0), "constant trip count"
     n_scan = int(node.attrs.get("num_scan_inputs", 0))
     n_own = len(node.inputs) - len(node.outer_names)
     axes = list(node.attrs.get("scan_input_axes") or [0] * n_scan)

@@ -292,3 +292,41 @@ def test_a_loop_trip_count_from_a_constant_node_counts_like_an_initializer():
     # the body's [2, 8] x [8, 8] MatMul, three times, and the head's [2, 8] x [8, 4] (its
     # input, the Loop's output, has no inferred shape: K from the weight, the output's [2, 4])
     assert reports[0].total_macs == reports[1].total_macs == 3 * 2 * 8 * 8 + 2 * 4 * 8
+
+
+@pytest.mark.parametrize("bound", [np.iinfo(np.int64).max, np.iinfo(np.int32).max])
+def test_a_while_loop_counts_its_body_once_not_int64_max_times(bound):
+    """torch.onnx writes a scripted ``while`` (a greedy decoder running to its end token)
+    as ``Loop(M = INT64_MAX, cond)`` with the body computing the condition: that M is no
+    bound, and counting the body 2^63 times made g2p-en's decoder report 1.8e24 MACs and
+    every integer share the body's alone. It counts once, as a Loop without M."""
+    from quanta.runtime.coverage import lowered_coverage
+    from tests.quantize.test_wild_models import loop_reading_an_outer_value
+
+    proto = loop_reading_an_outer_value()
+    body = proto.graph.node[0].attribute[0].g
+    # the body's condition: i + 1 < 3 (runs 3 times), read from the iteration number
+    body.node[0].CopyFrom(helper.make_node("Less", ["i_next", "stop"], ["cond_out"], name="cond"))
+    body.node.insert(0, helper.make_node("Add", ["i", "one"], ["i_next"], name="count"))
+    body.initializer.extend(
+        [
+            numpy_helper.from_array(np.array(1, np.int64), "one"),
+            numpy_helper.from_array(np.array(3, np.int64), "stop"),
+        ]
+    )
+    trips = next(t for t in proto.graph.initializer if t.name == "trips")
+    trips.CopyFrom(numpy_helper.from_array(np.array(bound, np.int64), "trips"))
+    report = lowered_coverage(load(proto))
+    assert (
+        f"loop (Loop): body MACs x 1 (trip count {bound}, no bound (the condition ends the loop): one iteration counted)"
+        in report.notes
+    )
+    assert report.total_macs == 2 * 8 * 8 + 2 * 4 * 8  # the body once and the head
+    # the file is the same loop: both runtimes stop it after three iterations
+    x = np.random.default_rng(3).standard_normal((2, 8)).astype(np.float32)
+    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
+    w = numpy_helper.to_array(next(t for t in proto.graph.initializer if t.name == "w"))
+    wf = numpy_helper.to_array(next(t for t in proto.graph.initializer if t.name == "wf"))
+    np.testing.assert_allclose(want, x @ w @ w @ w @ wf, rtol=1e-4, atol=1e-5)

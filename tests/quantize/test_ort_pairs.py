@@ -437,3 +437,77 @@ def test_the_quantizer_rule_is_the_kernels_pair_check(k, n):
             assert safe == pairs_fit_int16(w[:, col : col + 1]), (k, n, col, w[:, col].tolist())
             verdicts.add(safe)
     assert verdicts == {True, False}  # both verdicts occur: the comparison is not vacuous
+
+
+def _dense(op: str) -> onnx.ModelProto:
+    """x [3, 259] -> MatMul(w [259, 17]) or Gemm(w [17, 259], transB) + bias: heavy weights of
+    one sign per output column, so that nearest int8 codes meet in pairs past eq. (12m)."""
+    rng = np.random.default_rng(259)
+    w = heavy_weights(rng, (17, 259)) * np.float32(0.05)  # [N, K]
+    b = rng.standard_normal(17).astype(np.float32)
+    if op == "MatMul":
+        node = helper.make_node("MatMul", ["x", "w"], ["y"], name="dense")
+        inits = [numpy_helper.from_array(np.ascontiguousarray(w.T), "w")]
+    else:
+        node = helper.make_node("Gemm", ["x", "w", "b"], ["y"], name="dense", transB=1, alpha=0.75)
+        inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")]
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 259])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 17])],
+        initializer=inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("op", ["MatMul", "Gemm"])
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_quantize_dynamic_writes_pair_safe_matmul_weights(tmp_path, op, per_channel):
+    """``quantize_dynamic(weight_pairs="ort")``, which the saturation note advises, kept
+    eq. (12m) on DynamicQuantizeLSTM weights but wrote MatMulInteger weights at full range:
+    ORT's saturating u8·s8 GEMM still clipped their pairs (resemblyzer's projection). Now
+    every K-pair of a MatMul / Gemm weight keeps the bound (K = 259, the odd last code
+    alone), ORT computes the file as quanta does on any CPU, and only the pairs that broke
+    the bound move, each to its bound (|a + b| = 128, ort_pairs.project_pairs)."""
+    src = tmp_path / "dense.onnx"
+    onnx.save(_dense(op), src)
+    rng = np.random.default_rng(7)
+    # activations far from symmetric: DynamicQuantizeLinear's zero point is not 0 or 128
+    x = (rng.standard_normal((3, 259)) * 1.3 + 0.9).astype(np.float32)
+    x[:, ::2] = np.abs(x[:, ::2]) * 2.5  # large codes on both codes of many pairs
+    outs, codes = {}, {}
+    for pairs in ("off", "ort"):
+        dst = tmp_path / f"dense.{pairs}.onnx"
+        quanta.quantize_dynamic(src, dst, weight_pairs=pairs, per_channel=per_channel, verbose=False)
+        model = onnx.load(str(dst))
+        onnx.checker.check_model(model)
+        codes[pairs] = next(
+            numpy_helper.to_array(t) for t in model.graph.initializer if t.name.endswith("_quantized")
+        )
+        flagged = saturating_weights(model)
+        assert bool(flagged) == (pairs == "off"), flagged  # the case overflows without the rule
+        quanta_y = quanta.InferenceSession(str(dst)).run(None, {"x": x})[0]
+        ort_y = _run_float(model, x)
+        outs[pairs] = quanta_y
+        if pairs == "ort":
+            # no pair can saturate: ORT's integer product is quanta's, the float scaling to rounding
+            np.testing.assert_allclose(ort_y, quanta_y, rtol=1e-5, atol=1e-5 * float(np.abs(quanta_y).max()))
+    # [N, K] rows, pairs along K: the codes that move are exactly those of the broken pairs
+    partners = k_partners(259)
+    off, safe = codes["off"].T.astype(np.int64), codes["ort"].T.astype(np.int64)
+    broken = pair_excess(off, partners) > 0
+    assert broken.any() and not pair_excess(safe, partners).any()
+    np.testing.assert_array_equal(safe[~broken], off[~broken])
+    mate = safe[:, np.maximum(partners, 0)]
+    np.testing.assert_array_equal(np.abs(safe + mate)[broken], 128)
+    ref = _run_float(_dense(op), x)
+    err = float(np.abs(outs["ort"] - ref).max() / np.abs(ref).max())
+    assert err < 0.03, err  # the bound costs these one-signed heavy columns a few codes each
+
+
+def _run_float(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x})[0]
