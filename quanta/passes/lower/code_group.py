@@ -118,7 +118,12 @@ class CodeGroupRule(Rule):
             # shapes inference left unknown (com.microsoft QLinearMul / QLinearSigmoid of an
             # ORT QOperator file): an elementwise member of x and group values has x's
             # shape by induction; only a constant operand of a rank above x's (or of any
-            # rank when x's is unknown) broadcasts x to more dimensions
+            # rank when x's is unknown) broadcasts x to more dimensions. A group of one op
+            # keeps the strict test: a lone QLinearAdd of a one-element constant after a
+            # QLinearMatMul is FuseQLinearMatMulAdd's (the GEMM's output stage, one step
+            # where a table would be a second)
+            if len(members) == 1:
+                return NoMatch(f"{n.label}: its result is not of the shape of {describe(x)}")
             rank = len(shape) if shape is not None else None
             consts = [
                 n.inputs[i] for i in self.spec(n)[0] if n.inputs[i] is not None and n.inputs[i].is_const
