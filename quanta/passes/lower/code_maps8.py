@@ -30,7 +30,8 @@ more than the arithmetic it replaces); a group reading two tensors (an LSTM cell
 ``f · c``); a member whose result is not of x's shape (a one-element constant of higher
 rank broadcasts x to more dimensions; where shape inference left the shapes unknown, as
 for the com.microsoft ops of ONNX Runtime's QOperator files, a member whose constant
-operands are of rank 0, or of at most x's known rank, has x's shape by induction); more than ``MAX_GROUP`` members; a single table op.
+operands are of rank 0, or of at most x's known rank, has x's shape by induction, unless
+it is the group's only op); more than ``MAX_GROUP`` members; a single table op.
 """
 
 from __future__ import annotations
