@@ -32,10 +32,11 @@ Bias: an int32 bias given as ``DequantizeLinear(%bq, sx·sw, 0)`` (what quanta's
 Runtime's quantizers write) is used as is; an integer bias with another scale or a zero
 point (an int32 one shared by Convs of other ``sx·sw``; AMD Quark's int8 bias with its
 own power-of-two scale) is requantized to ``sx·sw`` (``_rescaled_bias``, eq. (6b)); a
-float constant bias of a Conv is quantized to int32 with scale ``sx·sw`` as ONNX Runtime's BiasQuantization does (it then
-fuses the group too), except an offset a pass folded from a BatchNormalization after the
-Conv (``_util.FOLDED_OFFSET``), which LowerConvFloatOutput adds in float after the
-scaling, as the file's float group adds it; other float biases are refused.
+float constant bias of a Conv is quantized to int32 with scale ``sx·sw`` as ONNX
+Runtime's BiasQuantization does (it then fuses the group too), except an offset a pass
+folded from a BatchNormalization after the Conv (``_util.FOLDED_OFFSET``), which
+LowerConvFloatOutput adds in float after the scaling, as the file's float group adds it;
+other float biases are refused.
 
 The DequantizeLinear nodes of the inputs may feed other consumers: they stay for those
 (``shared_ok``) and dead-code elimination removes them when nothing uses them anymore.
