@@ -172,7 +172,9 @@ def quantize(layout: str, src: Path, dst: Path, calib: list[Feed]) -> None:
         from quark.onnx.quantization.config import Config, get_default_config
 
         quantizer = ModelQuantizer(Config(global_quant_config=get_default_config("XINT8")))
-        quantizer.quantize_model(str(src), str(dst), _Reader(calib))
+        # Quark writes quantized_info.csv into the working directory: keep it beside the file
+        with contextlib.chdir(dst.parent):
+            quantizer.quantize_model(str(src), str(dst), _Reader(calib))
     else:
         raise ValueError(f"unknown layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
 
