@@ -4,8 +4,9 @@ Runtime and OpenVINO on the same files, and with quanta on its own file.
 Run::
 
     python benchmarks/foreign_qdq.py [--models efficientnet_lite0,all_minilm_l6_v2,ppocr_cls]
-                                     [--layouts quanta,nncf,nncf_transformer,trt] [--threads 1 2]
-                                     [--blocks 5] [--runs 8] [--cache DIR]
+                                     [--layouts quanta,ort_qdq,ort_qdq_pc,trt,ort_qop,...]
+                                     [--threads 1 2] [--blocks 5] [--runs 8] [--cache DIR]
+                                     [--no-openvino]
 
 Models: ``efficientnet_lite0`` and ``all_minilm_l6_v2`` from ``benchmarks/real_models``
 (run its ``export.py`` first; the ``.prep.onnx`` files are quantized), and any model of the
@@ -15,6 +16,13 @@ Layouts, each written once into ``<cache>/foreign/<model>.<layout>.onnx`` (nothi
 committed; ``--force`` writes them again):
 
 - ``quanta``: ``quanta.quantize_static`` with its defaults (the reference row);
+- ``ort_qdq``: ONNX Runtime's ``quantize_static`` with its defaults (``QuantFormat.QDQ``,
+  uint8 asymmetric activations, int8 weights per tensor);
+- ``ort_qdq_pc``: the same with per-channel weights;
+- ``ort_qop``: ONNX Runtime's ``QuantFormat.QOperator`` (QLinearConv, QLinearAdd, ...,
+  per-channel weights);
+- ``ort_dynamic``: ONNX Runtime's ``quantize_dynamic`` (text models only; the chains
+  DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul);
 - ``nncf``: ``nncf.quantize`` on the ONNX model with its defaults (NNCF's placement:
   Q/DQ on both inputs of Add, on Concat inputs, symmetric int8 weights per channel,
   mixed u8/i8 activations);
@@ -22,7 +30,13 @@ committed; ``--force`` writes them again):
   models only);
 - ``trt``: TensorRT-style symmetric QDQ, written by ONNX Runtime's ``quantize_static``
   (``QuantFormat.QDQ``, int8 activations and weights, ``ActivationSymmetric`` and
-  ``WeightSymmetric``, per-channel weights on axis 0, Q/DQ on every input).
+  ``WeightSymmetric``, per-channel weights on axis 0, Q/DQ on every input);
+- ``quark``: AMD Quark's ``ModelQuantizer`` with its ``XINT8`` configuration (symmetric
+  int8 activations, power-of-two scales) when ``amd-quark`` imports.
+
+Beside the times, ``codes`` is max |quanta − ORT| at the first output in units of its
+step (the scale of the DequantizeLinear that writes it, ``zoo.output_step``) on the timed
+feed, or ``-`` when the output has no quantized step.
 
 Timing: for each file and thread count, four engines run blocks of ``runs`` calls in turn
 (quanta on the file, quanta on quanta's own file, ONNX Runtime on the file, OpenVINO on
@@ -58,7 +72,18 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "real_models"))
 Feed = dict[str, np.ndarray]
 BENCH_CACHE = Path(os.environ.get("QUANTA_BENCH_CACHE", Path.home() / ".cache" / "quanta-bench"))
 REAL = ("efficientnet_lite0", "all_minilm_l6_v2")
-LAYOUTS = ("quanta", "nncf", "nncf_transformer", "trt")
+LAYOUTS = (
+    "quanta",
+    "ort_qdq",
+    "ort_qdq_pc",
+    "trt",
+    "ort_qop",
+    "ort_dynamic",
+    "nncf",
+    "nncf_transformer",
+    "quark",
+)
+TEXT_ONLY = ("nncf_transformer", "ort_dynamic")
 N_CALIB = 16
 
 
@@ -124,19 +149,32 @@ def quantize(layout: str, src: Path, dst: Path, calib: list[Feed]) -> None:
             kw["model_type"] = nncf.ModelType.TRANSFORMER
         q = nncf.quantize(onnx.load(str(src)), nncf.Dataset(calib), **kw)
         onnx.save(q, str(dst))
-    elif layout == "trt":
+    elif layout in ("ort_qdq", "ort_qdq_pc", "ort_qop", "trt"):
         from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
+        trt = layout == "trt"
         quantize_static(
             str(src),
             str(dst),
             _Reader(calib),
-            quant_format=QuantFormat.QDQ,
-            per_channel=True,
-            activation_type=QuantType.QInt8,
+            quant_format=QuantFormat.QOperator if layout == "ort_qop" else QuantFormat.QDQ,
+            per_channel=layout != "ort_qdq",
+            activation_type=QuantType.QInt8 if trt else QuantType.QUInt8,
             weight_type=QuantType.QInt8,
-            extra_options={"ActivationSymmetric": True, "WeightSymmetric": True},
+            extra_options={"ActivationSymmetric": True, "WeightSymmetric": True} if trt else None,
         )
+    elif layout == "ort_dynamic":
+        from onnxruntime.quantization import quantize_dynamic
+
+        quantize_dynamic(str(src), str(dst))
+    elif layout == "quark":
+        from quark.onnx import ModelQuantizer
+        from quark.onnx.quantization.config import Config, get_default_config
+
+        quantizer = ModelQuantizer(Config(global_quant_config=get_default_config("XINT8")))
+        # Quark writes quantized_info.csv into the working directory: keep it beside the file
+        with contextlib.chdir(dst.parent):
+            quantizer.quantize_model(str(src), str(dst), _Reader(calib))
     else:
         raise ValueError(f"unknown layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
 
@@ -206,7 +244,7 @@ def time_alternating(fns: dict[str, Callable[[], object]], blocks: int, runs: in
 
 
 def compare(
-    path: Path, own: Path, threads: int, feed: Feed, blocks: int, runs: int
+    path: Path, own: Path, threads: int, feed: Feed, blocks: int, runs: int, openvino: bool
 ) -> tuple[dict[str, float], Any]:
     """Median ms of quanta on ``path`` (q), quanta on ``own`` (own), ONNX Runtime (ort)
     and OpenVINO (ov, left out when OpenVINO cannot compile the file) on ``path``,
@@ -220,11 +258,24 @@ def compare(
         "ort": lambda: ort(feed),
     }
     try:
-        ov = openvino_run(path, threads, feed)
-        fns["ov"] = lambda: ov(feed)
+        if openvino:
+            ov = openvino_run(path, threads, feed)
+            fns["ov"] = lambda: ov(feed)
     except Exception as e:  # OpenVINO refusing a file is a missing column
         print(f"  OpenVINO failed on {path.name}: {str(e).splitlines()[0][:90]}", flush=True)
     return time_alternating(fns, blocks, runs), qs
+
+
+def codes_from_ort(path: Path, qs: Any, feed: Feed) -> str:
+    """max |quanta − ORT| at the first output in units of its step, or "-" (no step)."""
+    import zoo
+
+    step = zoo.output_step(path)
+    if not isinstance(step, float) or step <= 0:
+        return "-"
+    got_q = np.asarray(qs.run(None, feed)[0], np.float64)
+    got_ort = np.asarray(ort_run(path, 1)(feed)[0], np.float64)  # type: ignore[index]
+    return f"{float(np.max(np.abs(got_q - got_ort))) / step:.0f}"
 
 
 def float_ops(sess: Any) -> str:
@@ -245,12 +296,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=8)
     ap.add_argument("--cache", type=Path, default=BENCH_CACHE / "foreign")
     ap.add_argument("--force", action="store_true", help="quantize again even if the files exist")
+    ap.add_argument("--no-openvino", dest="openvino", action="store_false", help="leave OpenVINO out")
     args = ap.parse_args(argv)
     args.cache.mkdir(parents=True, exist_ok=True)
     print("# median ms; q = quanta on the file, own = quanta on quanta's own file, ORT / OV on the file")
     print(
         f"{'model':<20} {'layout':<17} {'thr':>3} {'q':>8} {'own':>8} {'ORT':>8} {'OV':>8} "
-        f"{'q/own':>6} {'q/ORT':>6} {'q/OV':>6} {'own/OV':>6}  float compute in quanta",
+        f"{'q/own':>6} {'q/ORT':>6} {'q/OV':>6} {'own/OV':>6} {'codes':>5}  float compute in quanta",
         flush=True,
     )
     for name in args.models.split(","):
@@ -258,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         files: dict[str, Path] = {}
         layouts = ["quanta"] + [x for x in args.layouts.split(",") if x != "quanta"]
         for layout in layouts:
-            if layout == "nncf_transformer" and kind != "text":
+            if layout in TEXT_ONLY and kind != "text":
                 continue
             dst = args.cache / f"{name}.{layout}.onnx"
             if args.force or not dst.exists():
@@ -275,7 +327,10 @@ def main(argv: list[str] | None = None) -> int:
         for layout, path in files.items():
             for threads in args.threads:
                 try:
-                    med, qs = compare(path, files["quanta"], threads, feed, args.blocks, args.runs)
+                    med, qs = compare(
+                        path, files["quanta"], threads, feed, args.blocks, args.runs, args.openvino
+                    )
+                    codes = codes_from_ort(path, qs, feed) if threads == args.threads[0] else ""
                 except Exception as e:  # an engine failing is a table row
                     print(
                         f"{name:<20} {layout:<17} {threads:>3} failed: {str(e).splitlines()[0][:90]}",
@@ -286,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"{name:<20} {layout:<17} {threads:>3} {med['q']:>8.2f} {med['own']:>8.2f} {med['ort']:>8.2f} "
                     f"{ovm:>8.2f} {med['q'] / med['own']:>6.2f} {med['q'] / med['ort']:>6.2f} "
-                    f"{med['q'] / ovm:>6.2f} {med['own'] / ovm:>6.2f}  {float_ops(qs)}",
+                    f"{med['q'] / ovm:>6.2f} {med['own'] / ovm:>6.2f} {codes:>5}  {float_ops(qs)}",
                     flush=True,
                 )
     return 0

@@ -43,7 +43,12 @@ from quanta.passes.rules.fold_pad import FoldPad
 from quanta.passes.rules.fold_reshape_dims import FoldReshapeDims
 from quanta.passes.rules.fold_static_dims import FoldStaticDims
 from quanta.passes.rules.fold_zero_product import FoldZeroProduct
-from quanta.passes.rules.fuse_activation import DropImpliedActivation, FuseActivation, FuseFloatActivation
+from quanta.passes.rules.fuse_activation import (
+    DropImpliedActivation,
+    FuseActivation,
+    FuseFloatActivation,
+    QuantizeBeforeActivationPass,
+)
 from quanta.passes.rules.hoist_loop_invariants import HoistLoopInvariants
 from quanta.passes.rules.inline_if import InlineIf
 from quanta.passes.rules.peel_loop_iteration import PeelLoopIteration
@@ -347,6 +352,9 @@ def lower_qdq(
         PropagateViews(),  # views onto quantized values: Q(Conv) groups become visible
         RemoveNoops(),
         DropImpliedActivation(),
+        # a clamp the output quantization does not imply (Quark's zero point 128): the
+        # producer's group and the clamp's table, both integer, instead of a float group
+        QuantizeBeforeActivationPass(),
         EliminateCommon(),
         LowerQdqToQLinear(
             opset, evaluator

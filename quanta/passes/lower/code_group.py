@@ -113,7 +113,24 @@ class CodeGroupRule(Rule):
         shape = x.type.shape if x.type is not None else None
         for n in members.values():
             out = n.outputs[0]
-            if shape is None or out.type is None or out.type.shape != shape:
+            if shape is not None and out.type is not None and out.type.shape == shape:
+                continue
+            # shapes inference left unknown (com.microsoft QLinearMul / QLinearSigmoid of an
+            # ORT QOperator file): an elementwise member of x and group values has x's
+            # shape by induction; only a constant operand of a rank above x's (or of any
+            # rank when x's is unknown) broadcasts x to more dimensions. A group of one op
+            # keeps the strict test: a lone QLinearAdd of a one-element constant after a
+            # QLinearMatMul is FuseQLinearMatMulAdd's (the GEMM's output stage, one step
+            # where a table would be a second)
+            if len(members) == 1:
+                return NoMatch(f"{n.label}: its result is not of the shape of {describe(x)}")
+            rank = len(shape) if shape is not None else None
+            consts = [
+                n.inputs[i] for i in self.spec(n)[0] if n.inputs[i] is not None and n.inputs[i].is_const
+            ]
+            if not all(
+                np.ndim(c.const) == 0 or (rank is not None and np.ndim(c.const) <= rank) for c in consts
+            ):
                 return NoMatch(f"{n.label}: its result is not of the shape of {describe(x)}")
         order = {id(n): i for i, n in enumerate(m.graph.nodes)}
         nodes = sorted(members.values(), key=lambda n: order[id(n)])

@@ -28,7 +28,10 @@ evaluator; a member with a per-axis scale or zero point, or a constant operand o
 than one element (a per-channel ``w`` would need a table per channel, whose gather costs
 more than the arithmetic it replaces); a group reading two tensors (an LSTM cell's
 ``f · c``); a member whose result is not of x's shape (a one-element constant of higher
-rank broadcasts x to more dimensions); more than ``MAX_GROUP`` members; a single table op.
+rank broadcasts x to more dimensions; where shape inference left the shapes unknown, as
+for the com.microsoft ops of ONNX Runtime's QOperator files, a member whose constant
+operands are of rank 0, or of at most x's known rank, has x's shape by induction, unless
+it is the group's only op); more than ``MAX_GROUP`` members; a single table op.
 """
 
 from __future__ import annotations

@@ -29,12 +29,14 @@ convolution of dequantized values, the integer op accumulates exactly in int32 a
 rounds once in the requantization, so outputs agree within one quantization step.
 
 Bias: an int32 bias given as ``DequantizeLinear(%bq, sx·sw, 0)`` (what quanta's and ONNX
-Runtime's quantizers write) is used as is; an int32 bias with another scale is
-requantized to ``sx·sw`` (``_rescaled_bias``); a float constant bias of a Conv is
-quantized to int32 with scale ``sx·sw`` as ONNX Runtime's BiasQuantization does (it then
-fuses the group too), except an offset a pass folded from a BatchNormalization after the
-Conv (``_util.FOLDED_OFFSET``), which LowerConvFloatOutput adds in float after the
-scaling, as the file's float group adds it; other float biases are refused.
+Runtime's quantizers write) is used as is; an integer bias with another scale or a zero
+point (an int32 one shared by Convs of other ``sx·sw``; AMD Quark's int8 bias with its
+own power-of-two scale) is requantized to ``sx·sw`` (``_rescaled_bias``, eq. (6b)); a
+float constant bias of a Conv is quantized to int32 with scale ``sx·sw`` as ONNX
+Runtime's BiasQuantization does (it then fuses the group too), except an offset a pass
+folded from a BatchNormalization after the Conv (``_util.FOLDED_OFFSET``), which
+LowerConvFloatOutput adds in float after the scaling, as the file's float group adds it;
+other float biases are refused.
 
 The DequantizeLinear nodes of the inputs may feed other consumers: they stay for those
 (``shared_ok``) and dead-code elimination removes them when nothing uses them anymore.
@@ -177,35 +179,49 @@ def _int32_bias(
         )
     bq = dq.input(0)
     qb = node_qtype(dq, bq, dq.input(1), dq.input(2))
-    if bq is None or not bq.is_const or qb is None or str(qb.storage) != "i32":
-        return NoMatch(f"bias {describe(bv)} is not an int32 constant behind DequantizeLinear")
-    if any(z != 0 for z in qb.zero_point):
-        return NoMatch(f"bias {describe(bv)} has a non-zero zero point")
+    if bq is None or not bq.is_const or qb is None or str(qb.storage) not in BIAS_STORAGES:
+        return NoMatch(
+            f"bias {describe(bv)} is not an integer constant ({', '.join(BIAS_STORAGES)}) behind DequantizeLinear"
+        )
     # eq. (6): the bias scale must be sx*sw (float32 product) channel by channel
     want = np.float32(sx.scale[0]) * np.asarray(sw.scale, np.float32)
     got = np.asarray(qb.scale, np.float32)
+    zero = np.asarray(qb.zero_point, np.int64)
     if got.size == 1 and want.size > 1:
         got = np.full(want.shape, got[0], np.float32)
     codes = np.asarray(bq.const)
     if got.size != 1 and got.shape != want.shape:
         return NoMatch(f"bias {describe(bv)} has {got.size} scales for {want.size} output channels")
-    if np.array_equal(np.broadcast_to(got, want.shape), want):
+    if zero.size != 1 and zero.shape != codes.shape:
+        return NoMatch(f"bias {describe(bv)} has {zero.size} zero points for {codes.size} values")
+    exact = str(qb.storage) == "i32" and not zero.any()
+    if exact and np.array_equal(np.broadcast_to(got, want.shape), want):
         return bq
-    return _rescaled_bias(codes, got, want)
+    # another tool's bias (AMD Quark: int8 with its own power-of-two scale; a uint8 one
+    # with a zero point): DequantizeLinear's float value, f32((bq - zb)·sb), on the grid
+    # of sx·sw, eq. (6b)
+    return _rescaled_bias(codes.astype(np.int64) - zero, got, want)
 
 
 def _rescaled_bias(codes: np.ndarray, scale: np.ndarray, want: np.ndarray) -> np.ndarray:
-    """An int32 bias whose scale is not sx·sw, requantized to sx·sw: the float bias the
-    DequantizeLinear gives, ``f32(bq·sb)``, rounded half to even to the nearest multiple of
-    ``sx·sw`` and saturated to int32 (eq. (6b)). Exporters deduplicate equal constants, so
-    one bias DequantizeLinear written for one Conv can feed Convs of other ``sx·sw``
-    (ONNX Runtime's quantizer, a shared zero bias); against the float group the result
-    moves by at most ``0.5·sx·sw`` per channel, less than half a step of the output."""
+    """A bias whose scale is not sx·sw, requantized to sx·sw: the float bias the
+    DequantizeLinear gives, ``f32(bq·sb)`` (``codes`` = bq − zb), rounded half to even to
+    the nearest multiple of ``sx·sw`` and saturated to int32 (eq. (6b)). Exporters
+    deduplicate equal constants, so one bias DequantizeLinear written for one Conv can feed
+    Convs of other ``sx·sw`` (ONNX Runtime's quantizer, a shared zero bias), and other
+    tools write 8-bit biases with their own scale (AMD Quark: int8, a power-of-two ``sb``
+    that is a power-of-two multiple of ``sx·sw``, so the result is exact); against the
+    float group the result moves by at most ``0.5·sx·sw`` per channel, less than half a
+    step of the output."""
     floats = (codes.astype(np.float32) * np.broadcast_to(scale, codes.shape)).astype(np.float64)
     q = np.rint(floats / np.broadcast_to(want, codes.shape).astype(np.float64))
     info = np.iinfo(np.int32)
     return np.clip(q, info.min, info.max).astype(np.int32)
 
+
+#: the storages of a bias DequantizeLinear a lowered group takes: int32 with scale sx·sw
+#: as is, every other (another scale, a zero point, 8 or 16 bits) by eq. (6b)
+BIAS_STORAGES = ("i32", "i16", "u16", "i8", "u8")
 
 StorageCheck = Callable[[tuple[tuple[QuantType | None, str, bool], ...]], NoMatch | None]
 

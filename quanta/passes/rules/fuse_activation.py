@@ -21,6 +21,23 @@ For per-axis quantization it must hold on every channel. NaN: ``Relu(NaN)`` is N
 ``Q(NaN) = qmin`` either way. When only one bound is implied nothing is removed (the
 fusion below still applies).
 
+QuantizeBeforeActivation (QDQ graphs, a clamp the quantization does not imply)::
+
+    %q = QuantizeLinear(%a = Relu|Clip(%p = Conv|Gemm|MatMul|Add(DQ(...), ...)), %s, %z)
+      -> %c = QuantizeLinear(%p, %s, %z)
+         %q = QuantizeLinear(Relu|Clip(DequantizeLinear(%c, %s, %z)), %s, %z)
+
+Exact, bit for bit (NaN aside, as below): with ``Q`` monotone, ``Q(clamp(v, lo, hi)) =
+clamp(Q(v), Q(lo), Q(hi))``, and for a code ``c`` with ``Q(DQ(c)) = c`` (checked on every
+code of the type) ``Q(clamp(DQ(c), lo, hi)) = clamp(c, Q(lo), Q(hi))``; so both sides are
+``clamp(Q(v), Q(lo), Q(hi))``. It lets instruction selection lower the producer as an
+integer group (``QLinearConv``, ...) and the clamp as a table on its codes
+(``QLinearLookup``), the placement ONNX Runtime's quantizer writes for symmetric
+activations, instead of the producer running in float with a float clamp and a separate
+QuantizeLinear. The files it serves: AMD Quark's (uint8 with zero point 128, Relu6 at
+scale 2^-4: ``Q(0) = 128 > qmin``, ``Q(6) = 224 < qmax``) and any symmetric int8 file whose
+quantizer kept Relu / Clip inside the group.
+
 FuseActivationIntoProducer::
 
     %y = Relu|Clip(%p = Conv|Gemm|MatMul|Add(...), ...) -> %y = quanta::Conv|Gemm|MatMul|Add(...)
@@ -62,6 +79,8 @@ __all__ = [
     "FuseActivationIntoProducer",
     "FuseFloatActivation",
     "FuseFloatConvActivation",
+    "QuantizeBeforeActivation",
+    "QuantizeBeforeActivationPass",
     "clamp_bounds",
 ]
 
@@ -157,6 +176,77 @@ class DropActivationImpliedByQuantize(Rule):
         )
 
 
+class QuantizeBeforeActivation(Rule):
+    """%q = QuantizeLinear(%a = Relu|Clip(%p = Conv|Gemm|MatMul|Add(DQ(...), ...)), %s, %z)
+    -> %q = QuantizeLinear(Relu|Clip(DequantizeLinear(QuantizeLinear(%p, %s, %z), %s, %z)), %s, %z)
+
+    when the clamp is not implied (DropActivationImpliedByQuantize refused it), the
+    quantization is 8-bit per tensor, and ``Q(DQ(c)) = c`` on every code ``c``.
+    """
+
+    # the producers whose groups instruction selection lowers to integer ops (QLinearConv,
+    # QGemm, QLinearMatMul, QLinearAdd) once the clamp is split off
+    pattern = "q = QuantizeLinear(a = Relu|Clip(p = Conv|Gemm|MatMul|Add(x, ...), ...), s, z?)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        qt = node_qtype(m.root, m["q"], m["s"], m["z"])
+        if qt is None or qt.axis is not None or len(qt.scale) != 1:
+            return NoMatch("QuantizeLinear parameters are not constants of one tensor-wide scale")
+        if not isinstance(qt.storage, IntType) or qt.storage.bits != 8:
+            return NoMatch(
+                f"storage {qt.storage} is not 8-bit (the clamp would not become a 256-entry table)"
+            )
+        x = m["x"]
+        if x is None or x.producer is None or x.producer.op_type != "DequantizeLinear":
+            return NoMatch(f"{m.node('p').op_type} input {describe(x)} is not dequantized (not a QDQ group)")
+        # a producer or clamp output read elsewhere: the pattern engine refuses the match
+        bounds = clamp_bounds(m.node("a"))
+        if isinstance(bounds, NoMatch):
+            return bounds
+        codes = np.arange(qt.qmin, qt.qmax + 1, dtype=np.int64)
+        scale, zero = np.float32(qt.scale[0]), int(qt.zero_point[0])
+        # DequantizeLinear's float32 value of every code, then QuantizeLinear's rounding
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflowing product is a refusal
+            back = np.rint(np.divide((codes - zero).astype(np.float32) * scale, scale, dtype=np.float32))
+        if not np.array_equal(np.clip(back + zero, qt.qmin, qt.qmax), codes):
+            return NoMatch(
+                f"scale {_fmt(float(scale))}: Q(DQ(c)) != c for some code, the split would not be exact"
+            )
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        qnode, act = m.root, m.node("a")
+        q, a = m.value("q"), m.value("a")
+        codes = b.op(
+            "QuantizeLinear",
+            [m["p"], m["s"], m["z"]],
+            qnode.attrs,
+            types=result_type(shape_from=q, elem_from=q),  # the replaced Q output's contract
+            attr_types=qnode.attr_types,
+        )
+        real = b.op(
+            "DequantizeLinear",
+            [codes, m["s"], m["z"]],
+            types=result_type(shape_from=a, elem_from=a),  # the clamp's input: the float it read
+        )
+        clamped = b.op(
+            act.op_type,
+            [real, *act.inputs[1:]],
+            act.attrs,
+            types=result_type(shape_from=a, elem_from=a),  # the replaced clamp's contract
+            name=act.name or None,
+            attr_types=act.attr_types,
+        )
+        return b.op(
+            "QuantizeLinear",
+            [clamped, m["s"], m["z"]],
+            qnode.attrs,
+            types=result_type(shape_from=q, elem_from=q),  # the replaced Q output's contract
+            name=qnode.name or None,
+            attr_types=qnode.attr_types,
+        )
+
+
 class FuseActivationIntoProducer(Rule):
     """%y = Relu|Clip(%p = Conv|Gemm|MatMul|Add(...), ...) -> %y = quanta::<op>(...) {activation, activation_params}"""
 
@@ -208,6 +298,11 @@ class FuseFloatConvActivation(FuseActivationIntoProducer):
 class DropImpliedActivation(RewritePass):
     name = "drop_implied_activation"
     rules = (DropActivationImpliedByQuantize(),)
+
+
+class QuantizeBeforeActivationPass(RewritePass):
+    name = "quantize_before_activation"
+    rules = (QuantizeBeforeActivation(),)
 
 
 class FuseActivation(RewritePass):

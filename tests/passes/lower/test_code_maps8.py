@@ -234,3 +234,88 @@ def test_reasons(monkeypatch):
     assert any("has more than one element (a table per channel)" in x for x in r), r
     r = _reasons(_model(np.uint8, shape, silu=True), monkeypatch)
     assert "one table op: nothing to compose" in r, r  # the Sigmoid alone, before its Mul joins it
+
+
+def _qoperator_silu(dt, *, const_rank: int | None = None) -> bytes:
+    """ONNX Runtime's QOperator SiLU (YOLOv8 / nudenet_320n.ort_qop): x -> QuantizeLinear ->
+    com.microsoft QLinearSigmoid -> QLinearMul(x, sigmoid) -> DequantizeLinear, with x
+    declared without a shape, so shape inference leaves every code tensor's shape unknown.
+    ``const_rank``: a QLinearMul by a one-element constant of that rank follows."""
+    signed = dt is np.int8
+    zx, zs, zy, zc = (-7, -128, 5, 3) if signed else (121, 0, 133, 9)
+    inits = [
+        numpy_helper.from_array(np.asarray(v, t), n)
+        for n, v, t in (
+            ("sx", 0.0231, F32),
+            ("zx", zx, dt),
+            ("ss", 1 / 256, F32),
+            ("zs", zs, dt),
+            ("sy", 0.0173, F32),
+            ("zy", zy, dt),
+        )
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+        helper.make_node("QLinearSigmoid", ["xq", "sx", "zx", "ss", "zs"], ["sq"], domain="com.microsoft"),
+        helper.make_node(
+            "QLinearMul", ["xq", "sx", "zx", "sq", "ss", "zs", "sy", "zy"], ["yq"], domain="com.microsoft"
+        ),
+    ]
+    out = "yq"
+    if const_rank is not None:
+        inits += [
+            numpy_helper.from_array(np.full((1,) * const_rank, 77, dt), "cq"),
+            numpy_helper.from_array(F32(0.011), "sc"),
+            numpy_helper.from_array(np.asarray(zc, dt), "zc"),
+            numpy_helper.from_array(F32(0.0191), "sz"),
+            numpy_helper.from_array(np.asarray(zx, dt), "zz"),
+        ]
+        nodes.append(
+            helper.make_node(
+                "QLinearMul", ["yq", "sy", "zy", "cq", "sc", "zc", "sz", "zz"], ["zq"], domain="com.microsoft"
+            )
+        )
+        out = "zq"
+    nodes.append(
+        helper.make_node(
+            "DequantizeLinear",
+            [out, "sz" if const_rank is not None else "sy", "zz" if const_rank is not None else "zy"],
+            ["out"],
+        )
+    )
+    g = helper.make_graph(
+        nodes,
+        "qop_silu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        inits,
+    )
+    opsets = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(g, opset_imports=opsets).SerializeToString()
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
+def test_qoperator_silu_of_unknown_shape_is_one_table(isa, dt, monkeypatch):
+    """Failure signature: nudenet_320n.ort_qop ran its 58 SiLUs as QLinearSigmoid +
+    QLinearMul (two passes each, 1.17x quanta's own file): "its result is not of the shape
+    of ...", the QLinearMul's shape being unknown to shape inference. An elementwise member
+    of x and group values has x's shape whatever inference knows."""
+    shape = (1, 17, 5, 3)
+    blob = _qoperator_silu(dt)
+    x = {"x": _every_code(dt, shape)}
+    sess = quanta.InferenceSession(blob, _opts(2))
+    assert _steps(sess).count("QLinearLookup") == 1 and len(_steps(sess)) <= 3, _steps(sess)
+    got = sess.run(None, x)[0]
+    _refused(monkeypatch)
+    plain = quanta.InferenceSession(blob, _opts(2))
+    assert {"QLinearSigmoid", "QLinearMul"} <= set(_steps(plain)), _steps(plain)
+    ref = quanta.InferenceSession(blob, backend="reference")
+    assert got.tobytes() == plain.run(None, x)[0].tobytes() == ref.run(None, x)[0].tobytes()
+    assert len(np.unique(got)) > 10
+
+
+def test_a_higher_rank_constant_on_an_unknown_shape_is_refused(monkeypatch):
+    """A one-element constant of rank 5 broadcasts a tensor of unknown rank (maybe 4) to
+    rank 5: the table would keep x's shape, so the group is refused there."""
+    r = _reasons(_qoperator_silu(np.uint8, const_rank=5), monkeypatch)
+    assert "(QLinearMul): its result is not of the shape of 'xq' (output of (QuantizeLinear))" in r, r

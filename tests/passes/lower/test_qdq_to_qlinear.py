@@ -579,3 +579,82 @@ def test_lower_gemm_quantized_output_quantizes_a_float_bias():
     x = (np.random.default_rng(4).standard_normal((3, 13)) * 2).astype(np.float32)
     # the bias rounded to a multiple of sx·sw moves the output by at most half a step of that
     assert_within_one_step(run_ref(proto, {"x": x})[0], run_ref(model, {"x": x})[0], 0.017)
+
+
+def quark_conv_proto(bias_storage=TensorProto.INT8, sb=2.0**-5, zb=0):
+    """AMD Quark's XINT8 Conv group: uint8 x and y with zero point 128, power-of-two
+    scales (sx 2^-5, sw 2^-10 per tensor, sy 2^-3) and an 8-bit bias with its own scale."""
+    rng = np.random.default_rng(11)
+    np_b = helper.tensor_dtype_to_np_dtype(bias_storage)
+    inits = [
+        numpy_helper.from_array(np.float32(2.0**-5), "sx"),
+        numpy_helper.from_array(np.uint8(128), "zx"),
+        numpy_helper.from_array(fit_s8(rng.integers(-127, 128, (7, 3, 3, 3)).astype(np.int8)), "w"),
+        numpy_helper.from_array(np.float32(2.0**-10), "sw"),
+        numpy_helper.from_array(np.int8(0), "zw"),
+        numpy_helper.from_array(
+            np.array([-128, -77, -3, 0, 5, 101, 127], np.int64)
+            .clip(np.iinfo(np_b).min, np.iinfo(np_b).max)
+            .astype(np_b),
+            "bq",
+        ),
+        numpy_helper.from_array(np.float32(sb), "sb"),
+        numpy_helper.from_array(np.array(zb, np_b), "zb"),
+        numpy_helper.from_array(np.float32(2.0**-3), "sy"),
+        numpy_helper.from_array(np.uint8(128), "zy"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"], name="qx"),
+        helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"], name="dqx"),
+        helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wf"], name="dqw"),
+        helper.make_node("DequantizeLinear", ["bq", "sb", "zb"], ["bf"], name="dqb"),
+        helper.make_node("Conv", ["xf", "wf", "bf"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("QuantizeLinear", ["c", "sy", "zy"], ["cq"], name="qc"),
+        helper.make_node("DequantizeLinear", ["cq", "sy", "zy"], ["y"], name="dqc"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 9, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 7, 9, 5])],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+
+
+def test_lower_conv_takes_an_int8_bias_with_its_own_power_of_two_scale():
+    """Failure signature: AMD Quark's EfficientNet-Lite0 ran all 49 Convs as float Convs
+    (2.1x quanta's own file): its int8 bias behind DequantizeLinear(bq, 2^-5, 0) was
+    refused ("is not an int32 constant"). Eq. (6b) with sb = 2^10·sx·sw: bq' = bq·2^10,
+    exact, so the integer op is the file's group with the exact sum."""
+    import onnxruntime as ort
+
+    proto = quark_conv_proto()
+    model = load(proto)
+    assert lower(model, [LowerConv()]).fired("LowerConv") == 1
+    conv = next(n for n in model.graph.nodes if n.op_type == "QLinearConv")
+    bq = numpy_helper.to_array(next(i for i in proto.graph.initializer if i.name == "bq"))
+    np.testing.assert_array_equal(conv.inputs[8].const, bq.astype(np.int32) * 2**10)
+    x = np.random.default_rng(12).standard_normal((1, 3, 9, 5)).astype(np.float32) * 3
+    native = quanta.InferenceSession(proto, backend="native").run(None, {"x": x})[0]
+    twin = quanta.InferenceSession(proto, backend="reference").run(None, {"x": x})[0]
+    np.testing.assert_array_equal(native, twin)  # 0: the integer op on both targets
+    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
+    assert_within_one_step(want, native, 2.0**-3)  # ORT's float Conv against the exact sum
+
+
+def test_lower_conv_requantizes_a_uint8_bias_with_a_zero_point():
+    """Eq. (6b) on DequantizeLinear's float value f32((bq - zb)·sb): a uint8 bias with zero
+    point 131 and a scale that is no power-of-two multiple of sx·sw rounds half to even."""
+    proto = quark_conv_proto(bias_storage=TensorProto.UINT8, sb=0.0123, zb=131)
+    model = load(proto)
+    assert lower(model, [LowerConv()]).fired("LowerConv") == 1
+    conv = next(n for n in model.graph.nodes if n.op_type == "QLinearConv")
+    bq = numpy_helper.to_array(next(i for i in proto.graph.initializer if i.name == "bq")).astype(np.int64)
+    floats = ((bq - 131).astype(np.float32) * np.float32(0.0123)).astype(np.float64)
+    want = np.rint(floats / np.float64(np.float32(2.0**-5) * np.float32(2.0**-10)))
+    np.testing.assert_array_equal(conv.inputs[8].const, want.astype(np.int32))
+    x = np.random.default_rng(13).standard_normal((1, 3, 9, 5)).astype(np.float32) * 3
+    assert_within_one_step(run_ref(proto, {"x": x})[0], run_ref(model, {"x": x})[0], 2.0**-3)

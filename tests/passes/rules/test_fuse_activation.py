@@ -365,3 +365,108 @@ def test_fuse_refuses_producer_that_is_not_fusable():
     assert fuse_reasons(proto) == [
         "input 0 of 'act' (Relu) 'c' is produced by ConvTranspose, expected Conv|Gemm|MatMul|Add"
     ]
+
+
+# -- QuantizeBeforeActivation: a clamp the quantization does not imply --------------------------
+
+SPLIT_CASES = [
+    # AMD Quark: uint8 with zero point 128, power-of-two scale; Relu6 = codes [128, 224]
+    pytest.param("Clip", 0.0625, np.uint8(128), 0.0, 6.0, id="quark_u8_zp128_relu6"),
+    # TensorRT-style symmetric int8: Relu = codes [0, 127]
+    pytest.param("Relu", 0.05, np.int8(0), None, None, id="symmetric_i8_relu"),
+    # a non-zero int8 zero point and both bounds interior
+    pytest.param("Clip", 0.031, np.int8(-7), -1.0, 2.5, id="i8_zp-7_clip"),
+]
+
+
+def split_model(act, ys, yz, lo, hi):
+    from quanta.passes.rules.fuse_activation import QuantizeBeforeActivationPass
+
+    proto = qdq_act_model(act, ys, yz, lo=lo, hi=hi)
+    model = load(proto)
+    result = run_passes(model, [DropImpliedActivation(), QuantizeBeforeActivationPass()])
+    return proto, model, result
+
+
+@pytest.mark.parametrize(("act", "ys", "yz", "lo", "hi"), SPLIT_CASES)
+def test_quantize_before_activation_is_exact(act, ys, yz, lo, hi):
+    """Failure signature: AMD Quark's EfficientNet-Lite0 ran its 33 Conv + Relu6 groups as
+    float Convs, a float Clip and a QuantizeLinear (2.1x quanta's own file), because the
+    Relu6 between the Conv and its QuantizeLinear was not implied by zero point 128."""
+    proto, model, result = split_model(act, ys, yz, lo, hi)
+    assert result.fired("QuantizeBeforeActivation") == 1
+    counts = model.graph.op_counts()
+    assert counts == {"Conv": 1, act: 1, "DequantizeLinear": 4, "QuantizeLinear": 3}
+    conv_q = model.graph.find_nodes("Conv")[0].outputs[0].consumers()
+    assert [n.op_type for n in conv_q] == ["QuantizeLinear"]
+    # tolerance 0: Q monotone and Q(DQ(c)) = c on every code (the rule's docstring); the
+    # same reference arithmetic on both sides
+    x = rng_data((1, 3, 9, 5), seed=4, low=-6.0, high=6.0)
+    np.testing.assert_array_equal(run_ref(proto, {"x": x})[0], run_ref(model, {"x": x})[0])
+    verify(model.graph, Stage.QDQ)
+
+
+@pytest.mark.parametrize(("act", "ys", "yz", "lo", "hi"), SPLIT_CASES)
+def test_quantize_before_activation_lowers_to_integer_conv_and_table(act, ys, yz, lo, hi):
+    """The session lowers the split group to QLinearConv and a table on its codes (no float
+    Conv), and the native kernels equal the reference twins bit for bit."""
+    import onnxruntime as ort
+
+    import quanta
+
+    proto = qdq_act_model(act, ys, yz, lo=lo, hi=hi)
+    native = quanta.InferenceSession(proto, backend="native")
+    ops = sorted(s.op_type for s in native.plan.steps)
+    assert "Conv" not in ops and "QLinearConv" in ops and "QLinearLookup" in ops, ops
+    x = rng_data((1, 3, 9, 5), seed=5, low=-6.0, high=6.0)
+    got = native.run(None, {"x": x})[0]
+    twin = quanta.InferenceSession(proto, backend="reference").run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, twin)  # 0: integer ops, the twins' arithmetic
+    # ONNX Runtime runs the file's float Conv: at most one step apart (the exact int32
+    # sum against float32 summation, rounded once each; docs/quantization-math.md (6))
+    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
+    assert np.max(np.abs(want - got)) <= ys * 1.0001
+
+
+def split_reasons(proto) -> list[str]:
+    from quanta.passes.rules.fuse_activation import QuantizeBeforeActivationPass
+
+    model = load(proto)
+    before = format_graph(model.graph)
+    result = run_passes(model, [QuantizeBeforeActivationPass()])
+    assert not result.modified and format_graph(model.graph) == before
+    return [r.reason for r in result.why_not("QuantizeBeforeActivation")]
+
+
+def test_quantize_before_activation_refuses_per_axis_output():
+    proto = qdq_act_model("Relu", np.full(7, 0.05, np.float32), np.full(7, 3, np.uint8), per_axis_y=True)
+    assert split_reasons(proto) == ["QuantizeLinear parameters are not constants of one tensor-wide scale"]
+
+
+def test_quantize_before_activation_refuses_16_bit_output():
+    assert split_reasons(qdq_act_model("Relu", 0.05, np.uint16(300))) == [
+        "storage u16 is not 8-bit (the clamp would not become a 256-entry table)"
+    ]
+
+
+def test_quantize_before_activation_refuses_a_producer_read_elsewhere():
+    proto = qdq_act_model("Relu", 0.05, np.uint8(3))
+    proto.graph.output.append(out_info("c", 4))
+    assert split_reasons(proto) == ["'c' (output of 'conv' (Conv)) is a graph output"]
+
+
+def test_quantize_before_activation_refuses_a_float_producer_input():
+    proto = qdq_act_model("Relu", 0.05, np.uint8(3))
+    conv = next(n for n in proto.graph.node if n.op_type == "Conv")
+    conv.input[0] = "x"  # the float input itself, not its DequantizeLinear
+    assert split_reasons(proto) == ["Conv input 'x' (a graph input) is not dequantized (not a QDQ group)"]
+
+
+def test_quantize_before_activation_refuses_a_scale_whose_codes_do_not_round_trip():
+    # f32((c - z)·s) / s is c within 255·2^-23 for every finite product, so only an
+    # overflow breaks the round trip: 252 · 3e36 is inf in float32
+    assert split_reasons(qdq_act_model("Relu", 3e36, np.uint8(3))) == [
+        "scale 3.000000043527274e+36: Q(DQ(c)) != c for some code, the split would not be exact"
+    ]
