@@ -26,6 +26,8 @@ Rules (each replaces the ONNX function by ORT's computation of it)::
                           -> %y = quanta::OrtLayerNorm(%x, scale, bias?, kernel=...)
     the (FG1) chain ir/ms_contrib.py writes for FastGelu          FastGeluToOrtFastGelu
                           -> %y = quanta::OrtFastGelu(%v)
+    %y = Resize(%x: f32, ...) {linear, the last two axes}       ResizeToOrtResizeLinear
+                          -> %y = quanta::OrtResizeLinear(%x, scales, sizes)
     %y = BatchNormalization(%x: f32, s, b, mean, var)             BatchNormToOrtAffine
                           -> %y = Add(Mul(%x, a), c)   a = f32(f32(1 / f32(sqrt(f32(var + eps)))) · s)
                                                        c = f32(b − f32(mean · a))   ([C, 1, ...])
@@ -199,6 +201,7 @@ __all__ = [
     "OrtFloatFunctions",
     "QdqConvToMlasQLinearConv",
     "ReduceToOrtReduce",
+    "ResizeToOrtResizeLinear",
     "SigmoidToMlasLogistic",
     "SoftmaxToMlasSoftmax",
     "TanhToMlasTanh",
@@ -496,6 +499,79 @@ class AveragePoolToMlasPool(Rule):
             "MlasAveragePool",
             [m.value("x")],
             attrs,
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            domain=QUANTA_DOMAIN,
+            name=node.name or None,
+        )
+
+
+#: the coordinate_transformation_mode values reference/ort_resize.py models (its
+#: ORT_RESIZE_MODES; kernels sit below passes)
+ORT_RESIZE_MODES = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel")
+
+
+class ResizeToOrtResizeLinear(Rule):
+    """%y = Resize(%x: f32, roi, scales | sizes) {mode: linear}, only the last two axes
+    resized -> %y = quanta::OrtResizeLinear(%x) (reference/ort_resize.py: ORT's
+    UpsampleBilinear in float32, (RB1)-(RB3)). Refused where the input is dequantized: ORT
+    may run such a QDQ Resize on the codes."""
+
+    pattern = "y = Resize(x, ...)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        node, x = m.root, m["x"]
+        if node.domain:
+            return NoMatch(f"Resize of domain {node.domain!r}")
+        if x.type is None or x.type.elem != F32 or x.type.shape is None or len(x.type.shape) < 2:
+            return NoMatch(f"input {describe(x)} is not float32 of known rank >= 2")
+        if x.producer is not None and x.producer.op_type == "DequantizeLinear":
+            return NoMatch("a dequantized input: ONNX Runtime may resize the codes (a QDQ Resize)")
+
+        def text(key: str, default: str) -> str:
+            v = node.attrs.get(key, default)
+            return v.decode() if isinstance(v, bytes) else str(v)
+
+        if text("mode", "nearest") not in ("linear", "bilinear"):
+            return NoMatch("not linear")
+        coord = text("coordinate_transformation_mode", "half_pixel")
+        if coord not in ORT_RESIZE_MODES:
+            return NoMatch(f"coordinate_transformation_mode {coord} (not modelled)")
+        if int(node.attrs.get("antialias", 0)) or "axes" in node.attrs:
+            return NoMatch("antialias or axes (not modelled)")
+        if text("keep_aspect_ratio_policy", "stretch") != "stretch":
+            return NoMatch("keep_aspect_ratio_policy (not modelled)")
+        rank = len(x.type.shape)
+        ins = list(node.inputs)
+        scales = _constant(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+        sizes = _constant(ins[3]) if len(ins) > 3 and ins[3] is not None else None
+        if len(ins) < 3:
+            return NoMatch("Resize-10's scales (not modelled)")
+        if scales is not None and scales.size == rank:
+            if any(float(v) != 1.0 for v in scales.reshape(-1)[:-2]):
+                return NoMatch("a leading axis resized (ORT's bilinear kernel: the last two only)")
+            m.data["scales"] = [float(v) for v in scales.reshape(-1)[-2:]]
+            m.data["sizes"] = [0, 0]
+            return m
+        if sizes is not None and sizes.size == rank:
+            dims = x.type.shape
+            if any(
+                not isinstance(d, int) or int(v) != d
+                for v, d in zip(sizes.reshape(-1)[:-2], dims[:-2], strict=True)
+            ):
+                return NoMatch("a leading axis resized, or of unknown size")
+            m.data["scales"] = [1.0, 1.0]
+            m.data["sizes"] = [int(v) for v in sizes.reshape(-1)[-2:]]
+            return m
+        return NoMatch("scales / sizes not constant")
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        node = m.root
+        coord = node.attrs.get("coordinate_transformation_mode", "half_pixel")
+        coord = coord.decode() if isinstance(coord, bytes) else str(coord)
+        return b.op(
+            "OrtResizeLinear",
+            [m.value("x")],
+            {"scales": m.data["scales"], "sizes": m.data["sizes"], "coordinate_transformation_mode": coord},
             types=result_type(shape_from=m["y"], elem_from=m["y"]),
             domain=QUANTA_DOMAIN,
             name=node.name or None,
@@ -1483,6 +1559,7 @@ class OrtFloatFunctions(RewritePass):
         LayerNormToOrtLayerNorm(),
         WrittenLayerNormToOrtLayerNorm(),
         WrittenRmsNormToOrtLayerNorm(),
+        ResizeToOrtResizeLinear(),
     )
 
     def __init__(
