@@ -24,7 +24,13 @@ import numpy as np
 
 from quanta.kernels.reference.registry import OpContext, OpError, register
 
-__all__ = ["ORT_RESIZE_MODES", "QUANTA_DOMAIN", "ort_bilinear_axis", "ort_resize_linear"]
+__all__ = [
+    "ORT_RESIZE_MODES",
+    "QUANTA_DOMAIN",
+    "ort_bilinear_axis",
+    "ort_resize_geometry",
+    "ort_resize_linear",
+]
 
 F32 = np.float32
 QUANTA_DOMAIN = "quanta"
@@ -108,11 +114,19 @@ def ort_resize_linear_op(
         raise OpError(f"OrtResizeLinear: float32 input of rank >= 2 expected, got {x.dtype} of rank {x.ndim}")
     mode = coordinate_transformation_mode
     mode = mode.decode() if isinstance(mode, bytes) else mode
-    h, w = x.shape[-2:]
+    s_h, s_w, n_h, n_w = ort_resize_geometry(x.shape, scales, sizes)
+    return ort_resize_linear(x, s_h, s_w, n_h, n_w, mode)
+
+
+def ort_resize_geometry(
+    shape: tuple[int, ...], scales: list[float], sizes: list[int]
+) -> tuple[float, float, int, int]:
+    """The scales and output sizes ORT uses for the last two axes of ``shape``: from
+    ``sizes`` when given (not [0, 0]), f32(n_out) / f32(n_in); from ``scales``,
+    int(f32(n_in) · f32(s))."""
+    h, w = shape[-2:]
     if int(sizes[0]) > 0:
         n_h, n_w = int(sizes[0]), int(sizes[1])
-        s_h, s_w = F32(n_h) / F32(h), F32(n_w) / F32(w)
-    else:
-        s_h, s_w = F32(scales[0]), F32(scales[1])
-        n_h, n_w = int(F32(h) * s_h), int(F32(w) * s_w)
-    return ort_resize_linear(x, float(s_h), float(s_w), n_h, n_w, mode)
+        return float(F32(n_h) / F32(h)), float(F32(n_w) / F32(w)), n_h, n_w
+    s_h, s_w = F32(scales[0]), F32(scales[1])
+    return float(s_h), float(s_w), int(F32(h) * s_h), int(F32(w) * s_w)
