@@ -73,6 +73,8 @@ DYADIC_SCALES = frozenset(2.0**k for k in range(-3, 4))
 
 class ResizeIntegerAsOrt(Rule):
     """%y = Resize|Upsample(%x: u8|i8, ...) {mode: linear}
+    -> %y = Cast(quanta::OrtResizeLinear(Cast(%x) {to: f32})) {to: elem(%x)} where ORT's
+    float32 order is modelled and the taps are not dyadic, else
     -> %y = Cast(Resize|Upsample(Cast(%x) {to: f32}, ...)) {to: elem(%x)}"""
 
     pattern = "y = Resize|Upsample(x, ...)"
