@@ -431,6 +431,8 @@ FACTS = OpTable(
         Op("MlasGlobalAveragePool", QUANTA, shape_only=True),
         # ONNX Runtime's float AveragePool in MlasPool's order (reference/mlas_pool.py)
         Op("MlasAveragePool", QUANTA, shape_only=True),
+        # ONNX Runtime's float bilinear Resize (reference/ort_resize.py)
+        Op("OrtResizeLinear", QUANTA, shape_only=True),
         # ONNX Runtime's Softmax, LayerNorm family and FastGelu kernels (the same rule file)
         Op("MlasSoftmax", QUANTA, shape_only=True),
         Op("OrtLayerNorm", QUANTA, shape_only=True),

@@ -36,7 +36,14 @@ import numpy as np
 from quanta.kernels.reference.ort_float import mlas_global_average_rows
 from quanta.kernels.reference.registry import OpContext, OpError, register
 
-__all__ = ["mlas_average_pool", "mlas_pool_kernel"]
+__all__ = [
+    "divide_by_count",
+    "mlas_average_pool",
+    "mlas_pool_kernel",
+    "output_sizes",
+    "padded_input",
+    "pool_kind",
+]
 
 F32 = np.float32
 QUANTA_DOMAIN = "quanta"
@@ -73,26 +80,16 @@ def mlas_average_pool(
     if d < 1 or d > 3 or len(kernel) != d:
         return None
     spatial = x.shape[2:]
-    kind = GENERIC if nchwc and d == 2 else mlas_pool_kernel(spatial, kernel, strides, pads)
+    kind = pool_kind(spatial, kernel, strides, pads, nchwc)
     if kind == GLOBAL:
         rows = x.reshape(x.shape[0] * x.shape[1], -1)
         return mlas_global_average_rows(rows).reshape(x.shape[:2] + (1,) * d)
     if kind == VECTOR and d != 2:
         return None  # MlasPool3DVectorKernel: not modelled
-    out = [(spatial[i] + pads[i] + pads[i + d] - kernel[i]) // strides[i] + 1 for i in range(d)]
+    out = output_sizes(spatial, kernel, strides, pads)
     if any(o < 1 for o in out):
         return None
-    # −0 padding covers every window: −0 + v = v for every v (−0 too), so a padded
-    # position adds nothing, as MLAS skips it; the vector kernel's padding columns hold +0
-    # (its reduction buffer's InitialValue), which a column sum then starts from
-    pw = [(0, 0), (0, 0)]
-    for i in range(d):
-        need = (out[i] - 1) * strides[i] + kernel[i]
-        pw.append((pads[i], max(0, need - spatial[i] - pads[i])))
-    xp = np.pad(x, pw, constant_values=F32(-0.0))
-    if kind == VECTOR:
-        xp[..., : pw[3][0]] = F32(0)
-        xp[..., xp.shape[-1] - pw[3][1] :] = F32(0)
+    xp = padded_input(x, kind, out, kernel, strides, pads)
 
     def tap(offs: tuple[int, ...]) -> np.ndarray:
         window = (slice(o, o + (out[i] - 1) * strides[i] + 1, strides[i]) for i, o in enumerate(offs))
@@ -110,6 +107,44 @@ def mlas_average_pool(
         for offs in np.ndindex(*kernel):
             m = np.add(m, tap(offs), dtype=F32)
     assert m is not None
+    return divide_by_count(m, spatial, kernel, strides, pads, count_include_pad)
+
+
+def pool_kind(spatial: tuple[int, ...], kernel, strides, pads, nchwc: bool) -> str:
+    """The order (AP-M1)-(AP-M3) MLAS sums in; NCHWc's 2-D pool (AP-M5) is the generic one."""
+    return GENERIC if nchwc and len(spatial) == 2 else mlas_pool_kernel(spatial, kernel, strides, pads)
+
+
+def output_sizes(spatial: tuple[int, ...], kernel, strides, pads) -> list[int]:
+    """Floor output sizes of a pool without dilation."""
+    d = len(spatial)
+    return [(spatial[i] + pads[i] + pads[i + d] - kernel[i]) // strides[i] + 1 for i in range(d)]
+
+
+def padded_input(x: np.ndarray, kind: str, out: list[int], kernel, strides, pads) -> np.ndarray:
+    """``x`` padded so every window lies inside: with −0, which adds nothing (−0 + v = v for
+    every v, −0 too), as MLAS skips a padded position; the vector kernel's padding columns
+    hold +0 (its reduction buffer's InitialValue), which a column sum then starts from."""
+    d = x.ndim - 2
+    spatial = x.shape[2:]
+    pw = [(0, 0), (0, 0)]
+    for i in range(d):
+        need = (out[i] - 1) * strides[i] + kernel[i]
+        pw.append((pads[i], max(0, need - spatial[i] - pads[i])))
+    xp = np.pad(x, pw, constant_values=F32(-0.0))
+    if kind == VECTOR:
+        xp[..., : pw[3][0]] = F32(0)
+        xp[..., xp.shape[-1] - pw[3][1] :] = F32(0)
+    return xp
+
+
+def divide_by_count(
+    m: np.ndarray, spatial: tuple[int, ...], kernel, strides, pads, count_include_pad: int
+) -> np.ndarray:
+    """(AP-M4): the window sums ``m`` divided by the kernel's size or by each window's
+    in-image positions."""
+    d = len(spatial)
+    out = m.shape[2:]
     if count_include_pad:
         count: Any = F32(np.prod(kernel))
     else:

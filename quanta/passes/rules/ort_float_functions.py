@@ -26,6 +26,8 @@ Rules (each replaces the ONNX function by ORT's computation of it)::
                           -> %y = quanta::OrtLayerNorm(%x, scale, bias?, kernel=...)
     the (FG1) chain ir/ms_contrib.py writes for FastGelu          FastGeluToOrtFastGelu
                           -> %y = quanta::OrtFastGelu(%v)
+    %y = Resize(%x: f32, ...) {linear, the last two axes}       ResizeToOrtResizeLinear
+                          -> %y = quanta::OrtResizeLinear(%x, scales, sizes)
     %y = BatchNormalization(%x: f32, s, b, mean, var)             BatchNormToOrtAffine
                           -> %y = Add(Mul(%x, a), c)   a = f32(f32(1 / f32(sqrt(f32(var + eps)))) · s)
                                                        c = f32(b − f32(mean · a))   ([C, 1, ...])
@@ -162,6 +164,7 @@ in its blocked layout (another order, not modelled); 8-bit groups ORT fuses
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -199,6 +202,7 @@ __all__ = [
     "OrtFloatFunctions",
     "QdqConvToMlasQLinearConv",
     "ReduceToOrtReduce",
+    "ResizeToOrtResizeLinear",
     "SigmoidToMlasLogistic",
     "SoftmaxToMlasSoftmax",
     "TanhToMlasTanh",
@@ -206,6 +210,7 @@ __all__ = [
     "WrittenLayerNormToOrtLayerNorm",
     "WrittenRmsNormToOrtLayerNorm",
     "ort_batchnorm_affine",
+    "ort_resize_linear_attrs",
 ]
 
 QUANTA_DOMAIN = "quanta"  # quanta.kernels.reference.ort_float (kernels sit below passes)
@@ -499,6 +504,86 @@ class AveragePoolToMlasPool(Rule):
             types=result_type(shape_from=m["y"], elem_from=m["y"]),
             domain=QUANTA_DOMAIN,
             name=node.name or None,
+        )
+
+
+#: the coordinate_transformation_mode values reference/ort_resize.py models (its
+#: ORT_RESIZE_MODES; kernels sit below passes)
+ORT_RESIZE_MODES = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel")
+
+
+def ort_resize_linear_attrs(node: Node, x: Value) -> dict[str, Any] | str:
+    """quanta::OrtResizeLinear's attributes for ``node`` (a Resize of ``x``), or why ORT's
+    bilinear kernel (RB1)-(RB3) is not modelled for it: linear, the last two axes only,
+    constant scales or sizes, a modelled coordinate mode, no antialias / axes /
+    keep_aspect_ratio_policy, opset 11 or later (scales as the third input)."""
+
+    def text(key: str, default: str) -> str:
+        v = node.attrs.get(key, default)
+        return v.decode() if isinstance(v, bytes) else str(v)
+
+    if node.domain or node.op_type != "Resize":
+        return f"{node.op_type} of domain {node.domain!r} (Resize only)"
+    if x.type is None or x.type.shape is None or len(x.type.shape) < 2:
+        return f"input {describe(x)} of unknown rank or rank < 2"
+    if text("mode", "nearest") not in ("linear", "bilinear"):
+        return "not linear"
+    coord = text("coordinate_transformation_mode", "half_pixel")
+    if coord not in ORT_RESIZE_MODES:
+        return f"coordinate_transformation_mode {coord} (not modelled)"
+    if int(node.attrs.get("antialias", 0)) or "axes" in node.attrs:
+        return "antialias or axes (not modelled)"
+    if text("keep_aspect_ratio_policy", "stretch") != "stretch":
+        return "keep_aspect_ratio_policy (not modelled)"
+    ins = list(node.inputs)
+    if len(ins) < 3:
+        return "Resize-10's scales (not modelled)"
+    rank = len(x.type.shape)
+    scales = _constant(ins[2]) if ins[2] is not None else None
+    sizes = _constant(ins[3]) if len(ins) > 3 and ins[3] is not None else None
+    attrs: dict[str, Any] = {"coordinate_transformation_mode": coord}
+    if scales is not None and scales.size == rank:
+        if any(float(v) != 1.0 for v in scales.reshape(-1)[:-2]):
+            return "a leading axis resized (ORT's bilinear kernel: the last two only)"
+        return attrs | {"scales": [float(v) for v in scales.reshape(-1)[-2:]], "sizes": [0, 0]}
+    if sizes is not None and sizes.size == rank:
+        dims = x.type.shape[:-2]
+        if any(
+            not isinstance(d, int) or int(v) != d for v, d in zip(sizes.reshape(-1)[:-2], dims, strict=True)
+        ):
+            return "a leading axis resized, or of unknown size"
+        return attrs | {"scales": [1.0, 1.0], "sizes": [int(v) for v in sizes.reshape(-1)[-2:]]}
+    return "scales / sizes not constant"
+
+
+class ResizeToOrtResizeLinear(Rule):
+    """%y = Resize(%x: f32, roi, scales | sizes) {mode: linear}, only the last two axes
+    resized -> %y = quanta::OrtResizeLinear(%x) (reference/ort_resize.py: ORT's
+    UpsampleBilinear in float32, (RB1)-(RB3); :func:`ort_resize_linear_attrs`). Refused
+    where the input is dequantized: ORT may run such a QDQ Resize on the codes."""
+
+    pattern = "y = Resize(x, ...)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        node, x = m.root, m["x"]
+        if x.type is None or x.type.elem != F32:
+            return NoMatch(f"input {describe(x)} is not float32")
+        if x.producer is not None and x.producer.op_type == "DequantizeLinear":
+            return NoMatch("a dequantized input: ONNX Runtime may resize the codes (a QDQ Resize)")
+        attrs = ort_resize_linear_attrs(node, x)
+        if isinstance(attrs, str):
+            return NoMatch(attrs)
+        m.data["attrs"] = attrs
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        return b.op(
+            "OrtResizeLinear",
+            [m.value("x")],
+            m.data["attrs"],
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            domain=QUANTA_DOMAIN,
+            name=m.root.name or None,
         )
 
 
@@ -1483,6 +1568,7 @@ class OrtFloatFunctions(RewritePass):
         LayerNormToOrtLayerNorm(),
         WrittenLayerNormToOrtLayerNorm(),
         WrittenRmsNormToOrtLayerNorm(),
+        ResizeToOrtResizeLinear(),
     )
 
     def __init__(

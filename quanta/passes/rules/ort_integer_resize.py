@@ -3,6 +3,10 @@
 Rule::
 
     %y = Resize|Upsample(%x: u8|i8, ...) {mode: linear}               ResizeIntegerAsOrt
+        -> %y = Cast(quanta::OrtResizeLinear(Cast(%x) {to: f32})) {to: elem(%x)}
+           where ORT's bilinear order is modelled (docs/float-ops.md (RB1)-(RB3): a
+           Resize of the last two axes with constant scales or sizes) and matters (tap
+           weights not all dyadic: not a power-of-two scale), else
         -> %y = Cast(Resize|Upsample(Cast(%x) {to: f32}, ...)) {to: elem(%x)}
 
 Why: ONNX does not say how an integer Resize rounds its interpolated values. ONNX's
@@ -31,10 +35,13 @@ input type other than uint8 / int8.
 
 from __future__ import annotations
 
+import numpy as np
+
 from quanta.ir.graph import Value, result_type
 from quanta.ir.types import F32, I8, U8, QuantType
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import describe
+from quanta.passes.rules.ort_float_functions import QUANTA_DOMAIN, ort_resize_linear_attrs
 
 __all__ = ["OrtIntegerResize", "ResizeIntegerAsOrt"]
 
@@ -43,8 +50,31 @@ def _text(v: object) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+def _dyadic_taps(attrs: dict, x: Value) -> bool:
+    """Every tap weight k / 2^j (a power-of-two scale, 1/8 to 8, under half_pixel,
+    pytorch_half_pixel or asymmetric): products of 8-bit codes and their sums are then exact
+    in float32, so ORT's order (RB1)-(RB3) and (Z1) rounded once give the same values and
+    the Resize keeps quanta's native (Z1) kernel."""
+    if attrs["coordinate_transformation_mode"] not in ("half_pixel", "pytorch_half_pixel", "asymmetric"):
+        return False
+    if int(attrs["sizes"][0]) > 0:
+        dims = None if x.type is None or x.type.shape is None else x.type.shape[-2:]
+        if dims is None or not all(isinstance(d, int) and d > 0 for d in dims):
+            return False
+        ratios = [np.float32(n) / np.float32(d) for n, d in zip(attrs["sizes"], dims, strict=True)]
+    else:
+        ratios = [np.float32(v) for v in attrs["scales"]]
+    return all(float(r) in DYADIC_SCALES for r in ratios)
+
+
+#: the power-of-two scales whose tap weights are dyadic (:func:`_dyadic_taps`)
+DYADIC_SCALES = frozenset(2.0**k for k in range(-3, 4))
+
+
 class ResizeIntegerAsOrt(Rule):
     """%y = Resize|Upsample(%x: u8|i8, ...) {mode: linear}
+    -> %y = Cast(quanta::OrtResizeLinear(Cast(%x) {to: f32})) {to: elem(%x)} where ORT's
+    float32 order is modelled and the taps are not dyadic, else
     -> %y = Cast(Resize|Upsample(Cast(%x) {to: f32}, ...)) {to: elem(%x)}"""
 
     pattern = "y = Resize|Upsample(x, ...)"
@@ -82,14 +112,25 @@ class ResizeIntegerAsOrt(Rule):
             types=result_type(shape_from=x, elem_from=F32),
             name=f"{name}_to_f32",
         )
-        resized = b.op(
-            node.op_type,
-            [widened, *node.inputs[1:]],
-            dict(node.attrs),
-            types=result_type(shape_from=y, elem_from=F32),
-            name=f"{name}_f32",
-            attr_types=node.attr_types,
-        )
+        attrs = ort_resize_linear_attrs(node, x)
+        if isinstance(attrs, dict) and not _dyadic_taps(attrs, x):  # ORT's order, (RB1)-(RB3)
+            resized = b.op(
+                "OrtResizeLinear",
+                [widened],
+                attrs,
+                types=result_type(shape_from=y, elem_from=F32),
+                domain=QUANTA_DOMAIN,
+                name=f"{name}_f32",
+            )
+        else:  # Upsample, Resize-10, other modes: ONNX's value rounded once to float32
+            resized = b.op(
+                node.op_type,
+                [widened, *node.inputs[1:]],
+                dict(node.attrs),
+                types=result_type(shape_from=y, elem_from=F32),
+                name=f"{name}_f32",
+                attr_types=node.attr_types,
+            )
         return b.op(
             "Cast",
             [resized],

@@ -112,8 +112,36 @@ def test_ort_file_resize_equals_onnxruntime(elem, codes, case) -> None:
     result = run_passes(model, [OrtIntegerResize()])
     assert result.fired("ResizeIntegerAsOrt") == 1
     assert model.graph.op_counts()["Cast"] == 2
+    # dyadic taps: exact in float32 in any order, so quanta's native (Z1) Resize stays
+    assert "quanta::OrtResizeLinear" not in model.graph.op_counts()
     got = InferenceSession(proto).run(None, feeds)[0]
     np.testing.assert_array_equal(got, _ort(proto, feeds))
+
+
+# tap weights that are not dyadic (thirds, 1.5x, align_corners' (n - 1) / (m - 1)), whose
+# float32 sums depend on the order: ORT's (RB1)-(RB3) order through quanta::OrtResizeLinear
+ORDERED = [
+    dict(scales=[1.0, 1.0, 3.0, 3.0]),
+    dict(scales=[1.0, 1.0, 3.0, 1.5], ctm="align_corners"),
+    dict(sizes=[2, 3, 12, 10], ctm="pytorch_half_pixel"),
+]
+
+
+@pytest.mark.parametrize("elem", ELEMS, ids=["u8", "i8"])
+@pytest.mark.parametrize("codes", [False, True], ids=["integer", "q_codes"])
+@pytest.mark.parametrize("case", ORDERED, ids=["x3", "x3x1.5_align_corners", "sizes_pytorch"])
+def test_ort_file_resize_in_orts_float_order_equals_onnxruntime(elem, codes, case) -> None:
+    shape = (2, 3, 5, 7)
+    proto = resize_proto(elem, shape, codes=codes, **case)
+    feeds = {"x": _input(elem, (2, 3, 5, 7), codes)}
+    model = load(proto)
+    result = run_passes(model, [OrtIntegerResize()])
+    assert result.fired("ResizeIntegerAsOrt") == 1
+    assert model.graph.op_counts()["quanta::OrtResizeLinear"] == 1
+    want = _ort(proto, feeds)
+    for backend in ("native", "reference"):
+        got = InferenceSession(proto, backend=backend).run(None, feeds)[0]
+        np.testing.assert_array_equal(got, want, err_msg=backend)
 
 
 @pytest.mark.parametrize("elem", ELEMS, ids=["u8", "i8"])
