@@ -417,3 +417,61 @@ def test_the_noise_a_top1_target_allows(tmp_path):
     assert "by eq. (11b) 0.9999 needs the margin noise" in rep.reason and "dB too much" in rep.reason, (
         rep.reason
     )
+
+
+def test_the_verdict_is_what_the_confirmation_data_measure(tmp_path):
+    """The verdict is eq. (2c)'s point estimate on the confirmation feeds, where no trial
+    was chosen: for the mean cosine, the mean measured there. A target between that mean
+    and the mean less one standard error (eq. (2b), the search's guard) is met, and the
+    report says so with its margin; a target just above the measured mean is not, and
+    the report says by how much. The confirmation feed here is harder than the search
+    feed (few rows at the calibration scale, where the search feed's inputs are 2.5x
+    larger and so further above the rounding noise), as MiniLM's was."""
+    from quanta.quantize.accuracy import shown
+
+    src = _src(tmp_path)
+    feeds = chain_feeds(8, 1, batch=40)
+    search = {"x": chain_feeds(1, 5, batch=40)[0]["x"] * np.float32(2.5)}
+    evals = [search, chain_feeds(1, 7, batch=6)[0]]
+    opts = dict(method="minmax", smooth_quant=None, verbose=False)
+
+    def run(minimum: float, name: str):
+        target = AccuracyTarget(
+            metric="mean_cosine", minimum=minimum, eval_data=evals, max_steps=0, wide_activations=False
+        )
+        return quanta.quantize_static(src, tmp_path / name, feeds, accuracy=target, **opts).accuracy
+
+    probe = run(0.0, "probe.onnx")
+    mean, se = probe.confirmed, probe.confirmed_se
+    assert mean == probe.confirmed_measured and se is not None and se > 0
+    assert probe.cpu_seconds is not None and probe.cpu_seconds > 0
+    between = mean - se / 2  # the guarded estimate (mean - se) misses it, the mean meets it
+    assert probe.after >= mean + se, "the search data must meet both targets for this test to mean something"
+
+    met = run(between, "met.onnx")
+    assert met.met and met.confirmed == mean and met.confirmed_measured == mean, met.format()
+    assert met.reason == ""
+    text = met.format()
+    assert text.startswith(f"accuracy target mean_cosine >= {between:g}: met, {shown(mean, between)} on the")
+    assert f"({mean - between:.2g} above the target; one standard error {se:.2g})" in text
+
+    above = mean + se / 2
+    short = run(above, "short.onnx")
+    assert not short.met and short.confirmed == mean
+    text = short.format()
+    assert (
+        f"NOT met, {shown(mean, above)} on the confirmation data ({above - mean:.2g} below the target" in text
+    )
+    assert "met on the search data" in short.reason and f"{above - mean:.2g} below" in short.reason
+    # the same data and target write the same file
+    again = run(between, "again.onnx")
+    assert again.met and (tmp_path / "met.onnx").read_bytes() == (tmp_path / "again.onnx").read_bytes()
+
+
+def test_a_printed_value_keeps_its_side_of_the_target():
+    from quanta.quantize.accuracy import shown
+
+    assert shown(0.99797, 0.998) == "0.99797" and float(shown(0.99797, 0.998)) < 0.998
+    assert shown(0.9981, 0.998) == "0.9981"
+    assert shown(0.998, 0.998) == "0.998"
+    assert shown(0.97999999, 0.98) == "0.97999999"
