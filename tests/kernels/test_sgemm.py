@@ -409,6 +409,46 @@ def test_conv_direct_rows_are_the_im2col_gemm_bit_for_bit(n, c, h, w, m, kh, kw,
 
 
 @pytest.mark.parametrize(
+    "n,c,h,w,m,group",
+    [
+        (1, 16, 16, 16, 24, 1),  # 256 pixels: the row-major copy, 4 tiles of 6 rows
+        (1, 16, 15, 17, 24, 1),  # 255 pixels: the packed panels
+        (2, 7, 20, 23, 17, 1),  # two images, 6 + 6 + 5 rows
+        (1, 300, 16, 17, 7, 1),  # K > 258: two K blocks, 6 + 1 rows
+        (1, 3, 24, 11, 40, 1),  # K = 3, 6 × 6 + 4 rows
+        (1, 34, 16, 20, 34, 2),  # grouped: 17 -> 17 per group
+    ],
+)
+def test_conv_pointwise_row_major_weights_are_the_packed_bytes(n, c, h, w, m, group) -> None:
+    """A 1x1 convolution on a plane of at least 256 pixels reads its weights as a
+    row-major copy where the ISA's row-major tile has more rows (sgemm.cc conv,
+    kPointwiseRowMajorPixels): each element is still matmul_f32's chain of W · x, then
+    + bias and the clamp as float32 steps; on every ISA, 1 and 2 threads."""
+    rng = np.random.default_rng(c * 31 + m * 7 + h * w)
+    x, wt, bias = normal(rng, n, c, h, w), normal(rng, m, c // group, 1, 1), normal(rng, m)
+    geometry = (m, 1, 1, [1, 1], [1, 1], [0, 0, 0, 0], group)
+    assert _native.conv_path_f32(x, *geometry) == "pointwise"
+    packed = _native.conv_pack_f32(wt, group)
+    lo, hi = F32(-0.75), F32(1.25)
+    mg, cg = m // group, c // group
+    want = np.empty((n, m, h * w), F32)
+    for img in range(n):
+        for grp in range(group):
+            a = np.ascontiguousarray(wt[grp * mg : (grp + 1) * mg].reshape(mg, cg))
+            b = np.ascontiguousarray(x[img, grp * cg : (grp + 1) * cg].reshape(cg, h * w))
+            ref = _native.matmul_f32(a, b)
+            rows = slice(grp * mg, (grp + 1) * mg)
+            want[img, rows] = np.minimum(np.maximum(ref + bias[rows, None], lo), hi)
+
+    def run(isa: str) -> None:
+        for threads in (1, 2):
+            y = _native.conv_f32(x, packed, bias, *geometry, lo, hi, threads)
+            assert y.reshape(n, m, -1).tobytes() == want.tobytes(), (isa, threads)
+
+    every_isa(run)
+
+
+@pytest.mark.parametrize(
     "n,c,h,w,m,strides,post",
     [
         (1, 300, 7, 7, 48, (1, 1), (0, [])),  # K > 258: two K blocks, 49 pixels: 6 panels + 1 row

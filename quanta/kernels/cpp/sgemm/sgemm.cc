@@ -797,6 +797,10 @@ void conv_phased(const ConvGeom& g, const float* x, const float* w, const float*
 // direct_row. The chains and epilogue are the implicit GEMM's: the same bytes.
 constexpr int64_t kDirectMaxM = 32;
 
+// The plane size from which a 1x1 convolution reads its weights as a row-major copy
+// (conv, pointwise): the copy is then at most 1/256 of the multiply-adds.
+constexpr int64_t kPointwiseRowMajorPixels = 256;
+
 bool direct_fits(const ConvGeom& g, const Kernels& kr) {
   return kr.direct_row != nullptr && g.g == 1 && g.m <= kDirectMaxM && g.sh == 1 && g.sw == 1 && g.dh == 1 &&
          g.dw == 1 && g.kw <= 8 && g.kh <= 64 && g.kh * g.kw > 1;
@@ -1030,6 +1034,27 @@ void conv(const ConvGeom& g, ConvPath path, const float* x, const float* w, cons
     sub = subsampled.data();
   }
   const int64_t packed = packed_a_size(mg, cg);
+  // Where the ISA's tile on a row-major A has more rows than on a packed one (AVX2: 6
+  // rows, 12 accumulators, against the packed panels' 4 rows, 8 accumulators: exactly
+  // the fmas Zen 3 keeps in flight, so any stall idles a port), the weights are read as
+  // a row-major copy, as conv_phased does: M·K floats moved against M·K·HW multiply-adds,
+  // so only on planes of at least kPointwiseRowMajorPixels pixels (a 1x1 head on a 1x1
+  // map would move as many floats as it multiplies). Each element keeps its chain (k
+  // increasing from +0, then the epilogue): the same bytes.
+  thread_local std::vector<float> a_rows_buf;
+  const float* a_rows = nullptr;
+  if (kr.mr_rows > kr.mr && hw >= kPointwiseRowMajorPixels) {
+    if (static_cast<int64_t>(a_rows_buf.size()) < g.g * mg * cg) a_rows_buf.resize(static_cast<size_t>(g.g * mg * cg));
+    for (int64_t grp = 0; grp < g.g; ++grp) {
+      const float* src = w + grp * packed;
+      float* dst = a_rows_buf.data() + grp * mg * cg;
+      for (int64_t i = 0; i < mg; ++i) {
+        const float* panel = src + (i / kPackMr) * cg * kPackMr + i % kPackMr;
+        for (int64_t k = 0; k < cg; ++k) dst[i * cg + k] = panel[k * kPackMr];
+      }
+    }
+    a_rows = a_rows_buf.data();
+  }
   for (int64_t img = 0; img < g.n; ++img) {
     const float* xi = x + img * g.c * g.h * g.w;
     if (sub != nullptr) {
@@ -1048,8 +1073,9 @@ void conv(const ConvGeom& g, ConvPath path, const float* x, const float* w, cons
       ep.lo = lo;
       ep.hi = hi;
       ep.post = post;
-      gemm(mg, hw, cg, MatA{w + grp * packed, true, 0}, MatB{xi + grp * cg * hw, false, hw},
-           y + (img * g.m + grp * mg) * hw, hw, ep, num_threads, isa);
+      const MatA a = a_rows ? MatA{a_rows + grp * mg * cg, false, cg} : MatA{w + grp * packed, true, 0};
+      gemm(mg, hw, cg, a, MatB{xi + grp * cg * hw, false, hw}, y + (img * g.m + grp * mg) * hw, hw, ep, num_threads,
+           isa);
     }
   }
 }
