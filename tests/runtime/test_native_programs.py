@@ -398,10 +398,6 @@ def test_onnxruntimes_dynamic_quantization_runs_inside_the_program(tmp_path, thr
     on (right once, then off by the ratio of two ranges)."""
     from onnxruntime.quantization import quantize_dynamic
 
-    from quanta.kernels import _native
-
-    if not hasattr(_native, "dynamic_quantize_linear_into"):
-        pytest.skip("the extension predates the recorded DynamicQuantizeLinear")
     src, dyn = tmp_path / "block.onnx", tmp_path / "block.dyn.onnx"
     _dynamic_attention_model(src)
     quantize_dynamic(src, dyn)
@@ -426,3 +422,79 @@ def test_onnxruntimes_dynamic_quantization_runs_inside_the_program(tmp_path, thr
     left = {sess.plan.steps[t[0]].node.name for t in bound.fast_steps if t[2] is not _PROGRAM}
     assert left == {"norm0", "relu"}
     assert bound.program_steps[0] == len(sess.plan.steps) - 2
+
+
+def _lstm_stack_model(path) -> None:
+    """Two bidirectional LSTMs (I = 300 then 34: a reduction past 258 terms; H = 17) with
+    the Transpose / Reshape between them that PyTorch exports, in tashkeel's shape: the
+    first Relu and the last Relu keep the feed and the graph output away from the chain.
+    ONNX Runtime's quantize_dynamic makes each LSTM a DynamicQuantizeLSTM."""
+    rng = np.random.default_rng(43)
+    H, T, n_in = 17, 5, 300
+    nodes = [
+        helper.make_node("Relu", ["x"], ["x0"], name="relu_in"),
+        helper.make_node(
+            "LSTM", ["x0", "w1", "r1", "b1"], ["y1"], name="lstm1", hidden_size=H, direction="bidirectional"
+        ),
+        helper.make_node("Transpose", ["y1"], ["t1"], name="t1", perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["t1", "shape"], ["x1"], name="r1"),
+        helper.make_node(
+            "LSTM", ["x1", "w2", "r2", "b2"], ["y2"], name="lstm2", hidden_size=H, direction="bidirectional"
+        ),
+        helper.make_node("Relu", ["y2"], ["y"], name="relu"),
+    ]
+
+    def w(*shape):
+        return rng.normal(0, 1 / np.sqrt(shape[-1]), shape).astype(np.float32)
+
+    g = helper.make_graph(
+        nodes,
+        "lstm_stack",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [T, 1, n_in])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [T, 2, 1, H])],
+        [
+            _const("w1", w(2, 4 * H, n_in)),
+            _const("r1", w(2, 4 * H, H)),
+            _const("b1", rng.normal(0, 0.3, (2, 8 * H)).astype(np.float32)),
+            _const("shape", np.array([T, 1, 2 * H], np.int64)),
+            _const("w2", w(2, 4 * H, 2 * H)),
+            _const("r2", w(2, 4 * H, H)),
+            _const("b2", rng.normal(0, 0.3, (2, 8 * H)).astype(np.float32)),
+        ],
+    )
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_dynamic_quantize_lstm_runs_inside_the_program(tmp_path, threads: int) -> None:
+    """ONNX Runtime's quantize_dynamic file of two stacked LSTMs: each DynamicQuantizeLSTM
+    writes Y, Y_h and Y_c into the arena from one recorded call, so the LSTMs and the
+    Transpose between them run in one native program, and every run equals the Python
+    loop's and the reference's bytes for inputs whose ranges differ run to run (the
+    recorded call quantizes the X of its run)."""
+    from onnxruntime.quantization import quantize_dynamic
+
+    src, dyn = tmp_path / "lstm.onnx", tmp_path / "lstm.dyn.onnx"
+    _lstm_stack_model(src)
+    quantize_dynamic(src, dyn)
+    assert [n.op_type for n in onnx.load(dyn).graph.node].count("DynamicQuantizeLSTM") == 2
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess = quanta.InferenceSession(str(dyn), opts)
+    plain = quanta.InferenceSession(str(dyn), opts)
+    plain.executor.native_programs = False
+    ref = quanta.InferenceSession(str(dyn), backend="reference")
+    rng = np.random.default_rng(threads)
+    for scale in (1.0, 3.0, 0.01, 40.0, 0.5):
+        feeds = {"x": (rng.normal(0.2, 1, (5, 1, 300)) * scale).astype(np.float32)}
+        got, loop, want = sess.run(None, feeds)[0], plain.run(None, feeds)[0], ref.run(None, feeds)[0]
+        np.testing.assert_array_equal(got, loop)
+        np.testing.assert_array_equal(got, want)
+    (bound,) = sess.executor.bound_runs().values()
+    left = {sess.plan.steps[t[0]].node.name for t in bound.fast_steps if t[2] is not _PROGRAM}
+    assert not any(
+        sess.plan.steps[t[0]].op_type == "DynamicQuantizeLSTM"
+        for t in bound.fast_steps
+        if t[2] is not _PROGRAM
+    ), left
+    assert left <= {"relu_in", "relu"}, left

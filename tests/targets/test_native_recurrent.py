@@ -151,8 +151,46 @@ def _check(inputs: list[np.ndarray | None], attrs: dict, want_y: bool = True) ->
                     got = fast(ctx, *inputs)
                 assert twin.count == 0, "the specialized call ran the twin"
                 _assert_same(expected, got, f"specialized, {isa}, {threads} threads")
+                _check_recorded(kernel, sig, inputs, attrs, want_y, f"{isa}, {threads} threads")
     finally:
         _native.clear_isa()
+
+
+def _check_recorded(kernel, sig: Specialization, inputs, attrs: dict, want_y: bool, label: str) -> None:
+    """The call specialized into planned places (``Kernel.out_all``: Y, Y_h, Y_c in the
+    arena) writes the twin's bytes there, and, recorded once into a native program, reads
+    X at run time: each run of the program on another X (ranges 0.01x-40x: the block's
+    scale and zero point move) equals the twin on that X. The places start as NaN, so an
+    element the call does not write shows."""
+    import dataclasses
+
+    ctx = sig.ctx
+    x = inputs[0].copy()
+    ins = [x, *inputs[1:]]
+    expected = dynamic_quantize_lstm(*ins, want_y=want_y, **attrs)
+    places = tuple(np.full(e.shape, np.nan, F32) for e in expected)
+    fast = kernel.specialize(dataclasses.replace(sig, out=places), **attrs, **kernel.params)
+    assert fast is not None
+    assert getattr(fast, "recordable", False), "the call into places is not recordable"
+    with TwinCalls() as twin:
+        got = fast(ctx, *ins)
+    assert twin.count == 0, "the call into places ran the twin"
+    assert all(g is p for g, p in zip(got, places, strict=True)), "the outputs are not the places"
+    _assert_same(expected, got, f"into places, {label}")
+    # the generic kernel with out= writes the same places
+    for p in places:
+        p.fill(np.nan)
+    got = kernel.fn(ctx, *ins, **attrs, **kernel.params, out=places)
+    _assert_same(expected, got, f"generic into places, {label}")
+    program = _native.Program()
+    assert program.record(fast.direct, *(ins[k] for k in fast.reads)), "the call was not recorded"
+    for scale, shift in ((40.0, -3.0), (0.01, 0.25), (1.0, 0.0)):
+        np.copyto(x, inputs[0] * F32(scale) + F32(shift))
+        for p in places:
+            p.fill(np.nan)
+        program.run()
+        want = dynamic_quantize_lstm(x.copy(), *inputs[1:], want_y=want_y, **attrs)
+        _assert_same(want, places, f"recorded, x * {scale} + {shift}, {label}")
 
 
 def _lstm_inputs(rng, *, T, B, n_in, H, D, weights, scales, bias, lens, h0, c0, peephole):

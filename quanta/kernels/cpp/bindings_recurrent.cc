@@ -8,8 +8,8 @@
 //           peephole: f32[D, 3H] | None, initial_h: f32[D, B, H] | None,
 //           initial_c: f32[D, B, H] | None, sequence_lens: int32[B] | None,
 //           direction: "forward" | "reverse" | "bidirectional", clip: float > 0,
-//           input_forget: bool, want_y: bool, num_threads=1)
-//       -> (Y f32[T, D, B, H], Y_h f32[D, B, H], Y_c f32[D, B, H])
+//           input_forget: bool, want_y: bool, num_threads=1, out=None | (Y, Y_h, Y_c))
+//       -> (Y f32[T, D, B, H], Y_h f32[D, B, H], Y_c f32[D, B, H]) (out's arrays when given)
 //   dq_gru(x: f32[T, B, I], w: list[PackedWeights] (D, each [I, 3H]),
 //          r_zr: list[PackedWeights] (D, each [H, 2H], or [H, 3H] with linear_before_reset),
 //          r_h: list[PackedWeights | None] (D, each [H, H]; None with linear_before_reset),
@@ -33,6 +33,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -72,7 +73,8 @@ py::tuple dq_lstm_impl(const py::handle& x_obj, const std::vector<std::shared_pt
                        const std::vector<std::shared_ptr<qgemm::PackedWeights>>& r, const py::handle& w_scale_obj,
                        const py::handle& r_scale_obj, const py::object& bias_obj, const py::object& peep_obj,
                        const py::object& h0_obj, const py::object& c0_obj, const py::object& lens_obj,
-                       const std::string& direction, double clip, bool input_forget, bool want_y, int num_threads) {
+                       const std::string& direction, double clip, bool input_forget, bool want_y, int num_threads,
+                       const py::object& out_obj) {
   recurrent::DqLstmParams p;
   if (direction != "forward" && direction != "reverse" && direction != "bidirectional") {
     throw py::value_error("dq_lstm: direction: expected forward, reverse or bidirectional, got '" + direction + "'");
@@ -139,15 +141,47 @@ py::tuple dq_lstm_impl(const py::handle& x_obj, const std::vector<std::shared_pt
   p.num_threads = num_threads;
   p.x = x.data();
 
-  py::array_t<float> y(std::vector<py::ssize_t>{p.T, D, B, H}), yh(std::vector<py::ssize_t>{D, B, H}),
-      yc(std::vector<py::ssize_t>{D, B, H});
+  const Shape y_shape{p.T, D, B, H}, state_shape{D, B, H};
+  if (out_obj.is_none()) {
+    py::array_t<float> y(y_shape), yh(state_shape), yc(state_shape);
+    p.y = y.mutable_data();
+    p.y_h = yh.mutable_data();
+    p.y_c = yc.mutable_data();
+    {
+      py::gil_scoped_release release;
+      recurrent::dq_lstm(p);
+    }
+    return py::make_tuple(y, yh, yc);
+  }
+  // Into given places (the runtime's arena): one call through run_or_record, so a native
+  // program can keep it. What the call reads must stay where it is (bindings.h), and
+  // sequence_lens is read again on every run: a recorded call sees the values of its run.
+  const auto places = py::cast<py::sequence>(out_obj);
+  if (places.size() != 3) {
+    throw py::value_error("dq_lstm: out: expected (Y, Y_h, Y_c), got " + std::to_string(places.size()) + " arrays");
+  }
+  auto y = make_output<float>(places[0], y_shape, "dq_lstm (Y)", {x});
+  auto yh = make_output<float>(places[1], state_shape, "dq_lstm (Y_h)", {x, y});
+  auto yc = make_output<float>(places[2], state_shape, "dq_lstm (Y_c)", {x, y, yh});
+  for (const py::array& in : keep) {
+    if (overlaps(y, in) || overlaps(yh, in) || overlaps(yc, in)) {
+      throw py::value_error("dq_lstm: out: expected buffers that overlap no input");
+    }
+  }
   p.y = y.mutable_data();
   p.y_h = yh.mutable_data();
   p.y_c = yc.mutable_data();
-  {
-    py::gil_scoped_release release;
+  run_or_record([p, w, r]() {  // w, r: the packed weights stay alive with the call
+    if (p.lens) {
+      for (int64_t b = 0; b < p.B; ++b) {
+        if (p.lens[b] < 0 || p.lens[b] > p.T) {
+          throw std::invalid_argument("dq_lstm: sequence_lens: expected values in [0, " + std::to_string(p.T) +
+                                      "], got " + std::to_string(p.lens[b]) + " at " + std::to_string(b));
+        }
+      }
+    }
     recurrent::dq_lstm(p);
-  }
+  });
   return py::make_tuple(y, yh, yc);
 }
 
@@ -395,9 +429,10 @@ void register_recurrent(py::module_& m) {
         py::arg("bias") = py::none(), py::arg("peephole") = py::none(), py::arg("initial_h") = py::none(),
         py::arg("initial_c") = py::none(), py::arg("sequence_lens") = py::none(), py::arg("direction") = "forward",
         py::arg("clip") = 3.4028234663852886e38, py::arg("input_forget") = false, py::arg("want_y") = true,
-        py::arg("num_threads") = 1,
+        py::arg("num_threads") = 1, py::arg("out") = py::none(),
         "com.microsoft DynamicQuantizeLSTM, bit-exact with reference/ms_lstm.py; see "
-        "quanta/kernels/cpp/recurrent/recurrent.h.");
+        "quanta/kernels/cpp/recurrent/recurrent.h. out: None (new arrays) or (Y, Y_h, Y_c) written in place, "
+        "one call a native program can record.");
   m.def("dq_gru", &dq_gru_impl, py::arg("x"), py::arg("w"), py::arg("r_zr"), py::arg("r_h"), py::arg("w_scale"),
         py::arg("r_scale"), py::arg("bias") = py::none(), py::arg("initial_h") = py::none(),
         py::arg("sequence_lens") = py::none(), py::arg("direction") = "forward",

@@ -66,10 +66,54 @@ def _dq_lstm_native(
     direction: str = "forward",
     clip: float | None = None,
     input_forget: int = 0,
+    out: tuple[np.ndarray | None, ...] | None = None,
     **attrs: Any,
 ) -> tuple[np.ndarray, ...]:
     """The node on ``_native.dq_lstm``; inputs the kernel cannot take (a wrongly shaped
-    run-time tensor, a non-float32 X) go to the twin, which names what is wrong."""
+    run-time tensor, a non-float32 X) go to the twin, which names what is wrong. ``out``:
+    None or one place per output of the node (``Kernel.out_all``), each written."""
+    outs = _dq_lstm_values(
+        ctx,
+        *inputs,
+        packed_w=packed_w,
+        packed_r=packed_r,
+        w_mult=w_mult,
+        r_mult=r_mult,
+        hidden_size=hidden_size,
+        direction=direction,
+        clip=clip,
+        input_forget=input_forget,
+        **attrs,
+    )
+    if out is None:
+        return outs
+    return _into_places(out, outs)
+
+
+def _into_places(out: tuple[np.ndarray | None, ...], values: Any) -> tuple[np.ndarray, ...]:
+    """Each output copied into its place; an omitted output's place is None and its value
+    is handed on as it is."""
+    values = tuple(values)[: len(out)]
+    for place, value in zip(out, values, strict=True):
+        if place is not None:
+            np.copyto(place, value)
+    return tuple(value if place is None else place for place, value in zip(out, values, strict=True))
+
+
+def _dq_lstm_values(
+    ctx: Any,
+    *inputs: np.ndarray | None,
+    packed_w: list[Any],
+    packed_r: list[Any],
+    w_mult: np.ndarray,
+    r_mult: np.ndarray,
+    hidden_size: int,
+    direction: str = "forward",
+    clip: float | None = None,
+    input_forget: int = 0,
+    **attrs: Any,
+) -> tuple[np.ndarray, ...]:
+    """The outputs as new arrays: ``_native.dq_lstm``, or the twin."""
     from quanta.kernels import _native
 
     x, _, _, b, sequence_lens, initial_h, initial_c, p, *_ = DqLstmInputs(*inputs)
@@ -182,8 +226,16 @@ def bind_dynamic_quantize_lstm(model: Model, node: Node) -> tuple[Kernel | None,
     kind = ("u8" if w.dtype == np.uint8 else "s8") + (
         "_saturating" if sat and np.int8 in (w.dtype, r.dtype) else ""
     )
+    # its outputs are planned in the arena (out_all), so the call writes them in place and a
+    # native program records it with the steps around it (docs/runtime.md "Native programs")
     return Kernel(
-        _dq_lstm_native, "native", f"native:dq_lstm_{kind}", params=params, specialize=_dq_lstm_specialized
+        _dq_lstm_native,
+        "native",
+        f"native:dq_lstm_{kind}",
+        params=params,
+        out=True,
+        out_all=True,
+        specialize=_dq_lstm_specialized,
     ), ""
 
 
@@ -248,6 +300,40 @@ def _dq_lstm_specialized(
         **attrs,
     }
 
+    places = sig.out if isinstance(sig.out, tuple) and len(sig.out) == n_out else None
+    if places is not None:
+        # Y, Y_h, Y_c into the arena: one recordable call. An output the node omits (or
+        # names but has no place for) gets an array of this signature's own, written by
+        # every run and read by nothing.
+        B = x_shape[1]
+        shapes3 = ((x_shape[0], D, B, H), (D, B, H), (D, B, H))
+        full = tuple(
+            places[j] if j < len(places) and places[j] is not None else np.empty(shapes3[j], F32)
+            for j in range(3)
+        )
+        kw["out"] = full
+        result = tuple(full[:n_out])
+        state_pos = tuple(k for k in (5, 6) if k < len(shapes) and shapes[k] is not None)
+
+        def direct(x: Any, *states: Any) -> Any:
+            h0 = states[state_pos.index(5)] if 5 in state_pos else None
+            c0 = states[state_pos.index(6)] if 6 in state_pos else None
+            run(x, packed_w, packed_r, w_mult, r_mult, bias, peep, h0, c0, lens, **kw)
+            return result
+
+        def into(ctx: Any, *inputs: Any) -> Any:
+            try:
+                return direct(inputs[0], *(inputs[k] for k in state_pos))
+            except ValueError:
+                return _dq_lstm_native(ctx, *inputs, **generic_attrs, out=places)
+
+        # the fast loop's direct call (quanta.runtime.execute): X and the states the node
+        # has, by position; one kernel call into the planned outputs, so it is recorded
+        into.direct = direct  # type: ignore[attr-defined]
+        into.reads = (0, *state_pos)  # type: ignore[attr-defined]
+        into.recordable = True  # type: ignore[attr-defined]
+        return into
+
     def call(
         x: np.ndarray,
         w: Any,
@@ -265,9 +351,10 @@ def _dq_lstm_specialized(
 
     def specialized(ctx: Any, *inputs: Any) -> Any:
         try:
-            return call(*inputs)
+            res = call(*inputs)
         except ValueError:
-            return _dq_lstm_native(ctx, *inputs, **generic_attrs)
+            return _dq_lstm_native(ctx, *inputs, **generic_attrs, out=sig.out)
+        return res if sig.out is None else _into_places(sig.out, res)
 
     return specialized
 
