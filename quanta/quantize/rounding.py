@@ -342,6 +342,19 @@ PENDING_BYTES = 1 << 22
 #: the sums do not depend on when the codes are added)
 PENDING_TOTAL_BYTES = 1 << 28
 _PENDING_TOTAL = [0]
+#: eq. (12o): the Gram products Σ K² one call of one layer (one sample, every group) takes
+#: before its positions are subsampled. A Conv's Gram costs K/C_out times its own forward
+#: MACs: RivaGAN's 11x11 convolutions over 32 channels (K = 3872, C_out = 32) at 267x280
+#: positions spend 1.1e12 products a sample on H, 121x their forward pass.
+GRAM_MACS = 1 << 37
+
+
+def position_step(groups: int, k: int, positions: int) -> int:
+    """Eq. (12o): every how many positions (im2col rows / input rows) of one call enter
+    the layer's Gram matrix, each weighted by the step: 1 while G·K²·P stays within
+    :data:`GRAM_MACS`, else the smallest step that brings it there."""
+    cost = groups * k * k * positions
+    return max(1, -(-cost // GRAM_MACS))
 
 
 def _scratch_i32(n: int) -> np.ndarray:
@@ -531,9 +544,9 @@ class RoundedLayer:
         self._flush(1)
         return self.__dict__.copy()
 
-    def _gram_into(self, out: np.ndarray, c: np.ndarray, o: int) -> None:
-        """Add Σ (c − o)(c − o)ᵀ over the last axis of ``c`` [G, K, P] (codes as
-        :meth:`_codes` gives them) into ``out`` [G, K, K], exactly. Codes of an 8-bit input
+    def _gram_into(self, out: np.ndarray, c: np.ndarray, o: int, weight: int = 1) -> None:
+        """Add ``weight`` · Σ (c − o)(c − o)ᵀ over the last axis of ``c`` [G, K, P] (codes as
+        :meth:`_codes` gives them; ``weight`` the step of eq. (12o)) into ``out`` [G, K, K], exactly. Codes of an 8-bit input
         and K >= 32: the native integer GEMM, uint8 x uint8 with zero points, int32 sums
         over chunks of positions short enough not to overflow (255² per product);
         otherwise float64 products of the integers in chunks whose sums stay below 2^53
@@ -554,22 +567,25 @@ class RoundedLayer:
                     n = x.shape[1]
                     xt = _native.transpose_batched(x, 1, k, n).reshape(n, k)
                     packed = _native.pack_weights_u8(xt, o)
-                    np.add(out[i], _native.qgemm(x, packed, o, out=acc), out=out[i])
+                    prod = _native.qgemm(x, packed, o, out=acc)
+                    if weight != 1:
+                        prod = prod.astype(np.int64) * weight
+                    np.add(out[i], prod, out=out[i])
             return
-        self._gram_float_into(out, np.asarray(c, np.float64) - o)
+        self._gram_float_into(out, np.asarray(c, np.float64) - o, weight)
 
     @staticmethod
     def _native_gram(dtype: np.dtype, k: int) -> bool:
         """Whether :meth:`_gram_into` takes codes of ``dtype``, K rows, to the native integer GEMM."""
         return dtype == np.uint8 and k >= 32
 
-    def _gram_float_into(self, out: np.ndarray, r: np.ndarray) -> None:
-        """Add Σ r rᵀ over the last axis of ``r`` [G, K, P] (float64 integers x_int) into
-        ``out``, in chunks whose sums stay below 2^53 (exact in any summation order)."""
+    def _gram_float_into(self, out: np.ndarray, r: np.ndarray, weight: int = 1) -> None:
+        """Add ``weight`` · Σ r rᵀ over the last axis of ``r`` [G, K, P] (float64 integers
+        x_int) into ``out``, in chunks whose sums stay below 2^53 (exact in any summation order)."""
         step = max(1, (2**53 - 1) // (self._code_bound() ** 2))
         for a in range(0, r.shape[2], step):
             ch = r[:, :, a : a + step]
-            out += np.matmul(ch, ch.transpose(0, 2, 1)).astype(np.int64)
+            out += np.matmul(ch, ch.transpose(0, 2, 1)).astype(np.int64) * weight
 
     def _code_bound(self) -> int:
         """The largest |x_int| of the input's range."""
@@ -580,7 +596,14 @@ class RoundedLayer:
         m2 = self._code_bound() ** 2
         if self.op != "Conv":
             x2 = codes.reshape(-1, self.k)
-            odd = self._half(x2.shape[0], x2.shape[0] * m2)
+            n = x2.shape[0]
+            step = position_step(1, self.k, n)
+            if step > 1:  # eq. (12o): every step-th row, weighted by the step
+                x2 = x2[::step]
+                odd = self._half(n, x2.shape[0] * step * m2)
+                self._gram_into(self._writable(odd), x2.T[None], o, step)
+                return
+            odd = self._half(n, n * m2)
             if self._native_gram(codes.dtype, self.k):
                 self._queue(odd, x2.T[None], o)
             else:
@@ -593,10 +616,13 @@ class RoundedLayer:
         ho = (codes.shape[2] + pads[0] + pads[2] - kh) // sh + 1
         wo = (codes.shape[3] + pads[1] + pads[3] - kw) // sw + 1
         rows = len(codes) * ho * wo
-        odd = self._half(rows, rows * m2)
+        # eq. (12o): every step-th output position of a sample, weighted by the step
+        step = position_step(g, k, ho * wo)
+        kept = -(-(ho * wo) // step)
+        odd = self._half(rows, len(codes) * kept * step * m2)
         half = self._writable(odd)
         native = self._native_gram(codes.dtype, k)
-        if not native and codes.dtype == np.uint8 and half.dtype == np.int64:
+        if step == 1 and not native and codes.dtype == np.uint8 and half.dtype == np.int64:
             conv_gram = _native_conv_gram()
             if conv_gram is not None:  # narrow 8-bit Grams (depthwise, a stem): summed natively
                 conv_gram(np.ascontiguousarray(codes), o, g, (kh, kw), (sh, sw), pads, half)
@@ -613,10 +639,13 @@ class RoundedLayer:
             pad = o if native else 0
             cols = sample if plain else conv_rows(sample, (kh, kw), (sh, sw), pads, pad)
             # rows of group g are its C/g channels × taps, in W.reshape(Cout, -1)'s order
-            if native:  # cols is this sample's own array: it may wait in the queue
-                self._queue(odd, cols.reshape(g, k, ho * wo), o)
+            rows_g = cols.reshape(g, k, ho * wo)
+            if step > 1:
+                self._gram_into(half, rows_g[:, :, ::step], o if native else 0, step)
+            elif native:  # cols is this sample's own array: it may wait in the queue
+                self._queue(odd, rows_g, o)
             else:
-                self._gram_float_into(half, cols.reshape(g, k, ho * wo))
+                self._gram_float_into(half, rows_g)
 
     def merge(self, other: RoundedLayer) -> RoundedLayer:
         """Add ``other``'s statistics (other samples of the same data) into this one."""
