@@ -15,9 +15,11 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from quanta.targets.base import Specialization
 
-__all__ = ["SMALL_MACS", "SMALL_WORK", "guarded", "shape_free", "step_threads"]
+__all__ = ["SMALL_MACS", "SMALL_WORK", "guarded", "into_places", "shape_free", "step_threads"]
 
 #: Below this much work (elements moved or computed; multiply-adds for a convolution)
 #: a step runs on the calling thread alone: the kernels split their work in chunks of
@@ -98,3 +100,15 @@ def shape_free(specialize: Callable[..., Any]) -> Callable[..., Any]:
     generic wrapper (quanta.runtime.execute)."""
     specialize.shape_free = True  # type: ignore[attr-defined]
     return specialize
+
+
+def into_places(out: tuple[np.ndarray | None, ...], values: Any) -> tuple[Any, ...]:
+    """A multi-output kernel's values copied into their planned places (``Kernel.out_all``),
+    in order. A place of None (an output the node omits, or one without a place) hands its
+    value on as it is; values past the last place (trailing outputs the node does not
+    name, as an LSTM's Y_h, Y_c) are dropped."""
+    values = tuple(values)[: len(out)]
+    for place, value in zip(out, values, strict=True):
+        if place is not None:
+            np.copyto(place, value)
+    return tuple(value if place is None else place for place, value in zip(out, values, strict=True))

@@ -74,7 +74,7 @@ from quanta.kernels.reference.registry import MS_DOMAIN, get_op
 from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
 from quanta.targets.native._cache import BoundedCache
-from quanta.targets.native._specialize import guarded, shape_free, step_threads
+from quanta.targets.native._specialize import guarded, into_places, shape_free, step_threads
 from quanta.targets.native._values import const_of as _const
 from quanta.targets.native._values import threads as _threads
 from quanta.targets.native._values import value_dtype as _dtype
@@ -144,22 +144,13 @@ def _with_fallback(op_type: str, domain: str = "") -> Callable[[Callable[..., An
             if out is None:
                 return y
             if isinstance(out, tuple):
-                return _into_places(out, y)
+                return into_places(out, y)
             np.copyto(out, y)
             return out
 
         return kernel
 
     return deco
-
-
-def _into_places(out: tuple, values: Any) -> tuple:
-    """Each output copied into its place (``Kernel.out_all``); an omitted output's place
-    is None and its value is handed on as it is."""
-    for place, value in zip(out, values, strict=True):
-        if place is not None:
-            np.copyto(place, value)
-    return tuple(value if place is None else place for place, value in zip(out, values, strict=True))
 
 
 _Tables = BoundedCache  # per-node tables and derived constants (targets/native/_cache.py)
@@ -450,7 +441,7 @@ def _dynamic_quantize_linear_native(ctx: Any, x: Any, *, prepared: Any, out: Any
     if places is not None:
         return tuple(_native().dynamic_quantize_linear_into(x, *places, _threads(ctx)))
     res = tuple(_native().dynamic_quantize_linear(x, _threads(ctx)))
-    return res if out is None else _into_places(out, res)
+    return res if out is None else into_places(out, res)
 
 
 @register_binder("DynamicQuantizeLinear")

@@ -32,7 +32,7 @@ from quanta.kernels.reference.ms_lstm import (
 from quanta.kernels.reference.registry import MS_DOMAIN, OpError, refusal
 from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
-from quanta.targets.native._specialize import SMALL_MACS, step_threads
+from quanta.targets.native._specialize import SMALL_MACS, into_places, step_threads
 from quanta.targets.native._values import const_of as _const
 from quanta.targets.native._values import threads
 
@@ -56,48 +56,13 @@ def _f32_or_none(a: np.ndarray | None) -> np.ndarray | None:
 
 
 def _dq_lstm_native(
-    ctx: Any,
-    *inputs: np.ndarray | None,
-    packed_w: list[Any],
-    packed_r: list[Any],
-    w_mult: np.ndarray,
-    r_mult: np.ndarray,
-    hidden_size: int,
-    direction: str = "forward",
-    clip: float | None = None,
-    input_forget: int = 0,
-    out: tuple[np.ndarray | None, ...] | None = None,
-    **attrs: Any,
+    ctx: Any, *inputs: np.ndarray | None, out: tuple[np.ndarray | None, ...] | None = None, **attrs: Any
 ) -> tuple[np.ndarray, ...]:
-    """The node on ``_native.dq_lstm``; inputs the kernel cannot take (a wrongly shaped
-    run-time tensor, a non-float32 X) go to the twin, which names what is wrong. ``out``:
-    None or one place per output of the node (``Kernel.out_all``), each written."""
-    outs = _dq_lstm_values(
-        ctx,
-        *inputs,
-        packed_w=packed_w,
-        packed_r=packed_r,
-        w_mult=w_mult,
-        r_mult=r_mult,
-        hidden_size=hidden_size,
-        direction=direction,
-        clip=clip,
-        input_forget=input_forget,
-        **attrs,
-    )
-    if out is None:
-        return outs
-    return _into_places(out, outs)
-
-
-def _into_places(out: tuple[np.ndarray | None, ...], values: Any) -> tuple[np.ndarray, ...]:
-    """Each output copied into its place; an omitted output's place is None and its value
-    is handed on as it is."""
-    values = tuple(values)[: len(out)]
-    for place, value in zip(out, values, strict=True):
-        if place is not None:
-            np.copyto(place, value)
-    return tuple(value if place is None else place for place, value in zip(out, values, strict=True))
+    """The node on ``_native.dq_lstm`` (:func:`_dq_lstm_values`, the same keyword
+    parameters); ``out``: None or one place per output of the node (``Kernel.out_all``),
+    each written."""
+    outs = _dq_lstm_values(ctx, *inputs, **attrs)
+    return outs if out is None else into_places(out, outs)
 
 
 def _dq_lstm_values(
@@ -354,7 +319,7 @@ def _dq_lstm_specialized(
             res = call(*inputs)
         except ValueError:
             return _dq_lstm_native(ctx, *inputs, **generic_attrs, out=sig.out)
-        return res if sig.out is None else _into_places(sig.out, res)
+        return res if sig.out is None else into_places(sig.out, res)
 
     return specialized
 
