@@ -72,14 +72,11 @@ def mlas_average_pool(
     output sizes) in MlasPool's order (AP-M1)-(AP-M4); None where it is not modelled.
     ``nchwc``: ORT's NCHWc transformer runs this 2-D pool blocked (AP-M5), the generic
     kernel's order."""
-    x = np.asarray(x, F32)
-    d = x.ndim - 2
-    kernel = tuple(int(k) for k in kernel)
-    strides = tuple(int(s) for s in (strides or [1] * d))
-    pads = tuple(int(p) for p in (pads or [0] * 2 * d))
-    if d < 1 or d > 3 or len(kernel) != d:
+    args = pool_args(x, kernel, strides, pads)
+    if args is None:
         return None
-    spatial = x.shape[2:]
+    x, kernel, strides, pads = args
+    d, spatial = x.ndim - 2, x.shape[2:]
     kind = pool_kind(spatial, kernel, strides, pads, nchwc)
     if kind == GLOBAL:
         rows = x.reshape(x.shape[0] * x.shape[1], -1)
@@ -108,6 +105,21 @@ def mlas_average_pool(
             m = np.add(m, tap(offs), dtype=F32)
     assert m is not None
     return divide_by_count(m, spatial, kernel, strides, pads, count_include_pad)
+
+
+def pool_args(
+    x: np.ndarray, kernel, strides, pads
+) -> tuple[np.ndarray, tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None:
+    """(x as float32, kernel, strides, pads) as int tuples, the defaults of an AveragePool
+    filled in; None for a pool of other than 1-3 spatial axes or a kernel of another rank."""
+    x = np.asarray(x, F32)
+    d = x.ndim - 2
+    kernel = tuple(int(k) for k in kernel)
+    strides = tuple(int(s) for s in (strides or [1] * d))
+    pads = tuple(int(p) for p in (pads or [0] * 2 * d))
+    if d < 1 or d > 3 or len(kernel) != d:
+        return None
+    return x, kernel, strides, pads
 
 
 def pool_kind(spatial: tuple[int, ...], kernel, strides, pads, nchwc: bool) -> str:

@@ -109,13 +109,21 @@ def ort_resize_linear_op(
     scales (the output is then int(f32(n) · f32(s)), as ORT sizes it), else the output
     sizes (and ``scales`` f32(n_out) / f32(n_in), as ORT reads sizes)."""
     del ctx, attrs  # unused
+    return ort_resize_linear(*ort_resize_args(x, scales, sizes, coordinate_transformation_mode))
+
+
+def ort_resize_args(
+    x: Any, scales: list[float], sizes: list[int], mode: str | bytes
+) -> tuple[np.ndarray, float, float, int, int, str]:
+    """The node's input checked and its attributes read: (x, scale_h, scale_w, n_h, n_w,
+    mode), the arguments of :func:`ort_resize_linear` (and of the native binder's
+    column-first form)."""
     x = np.asarray(x)
     if x.dtype != F32 or x.ndim < 2:
         raise OpError(f"OrtResizeLinear: float32 input of rank >= 2 expected, got {x.dtype} of rank {x.ndim}")
-    mode = coordinate_transformation_mode
     mode = mode.decode() if isinstance(mode, bytes) else mode
     s_h, s_w, n_h, n_w = ort_resize_geometry(x.shape, scales, sizes)
-    return ort_resize_linear(x, s_h, s_w, n_h, n_w, mode)
+    return x, s_h, s_w, n_h, n_w, mode
 
 
 def ort_resize_geometry(

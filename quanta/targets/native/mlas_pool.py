@@ -28,6 +28,7 @@ from quanta.kernels.reference.mlas_pool import (
     mlas_average_pool,
     output_sizes,
     padded_input,
+    pool_args,
     pool_kind,
 )
 from quanta.kernels.reference.registry import OpError
@@ -47,14 +48,11 @@ def average_pool(
 ) -> np.ndarray | None:
     """The twin's :func:`mlas_average_pool`, bit for bit; the generic order (AP-M3) of a
     pool with many taps per window summed window by window (module docstring)."""
-    x = np.asarray(x, np.float32)
-    d = x.ndim - 2
-    kernel = tuple(int(k) for k in kernel)
-    strides = tuple(int(s) for s in (strides or [1] * d))
-    pads = tuple(int(p) for p in (pads or [0] * 2 * d))
-    if d < 1 or d > 3 or len(kernel) != d:
+    args = pool_args(x, kernel, strides, pads)
+    if args is None:
         return None
-    spatial = x.shape[2:]
+    x, kernel, strides, pads = args
+    d, spatial = x.ndim - 2, x.shape[2:]
     taps = int(np.prod(kernel))
     if pool_kind(spatial, kernel, strides, pads, nchwc) != GENERIC or taps < GATHER_MIN_TAPS:
         return mlas_average_pool(x, kernel, strides, pads, count_include_pad, nchwc)

@@ -17,8 +17,7 @@ import numpy as np
 
 from quanta.ir.graph import Model, Node
 from quanta.ir.types import F32 as IR_F32
-from quanta.kernels.reference.ort_resize import QUANTA_DOMAIN, ort_bilinear_axis, ort_resize_geometry
-from quanta.kernels.reference.registry import OpError
+from quanta.kernels.reference.ort_resize import QUANTA_DOMAIN, ort_bilinear_axis, ort_resize_args
 from quanta.targets.base import Kernel
 from quanta.targets.native import register_binder
 
@@ -62,13 +61,7 @@ def _ort_resize_linear(
     **attrs: Any,
 ) -> np.ndarray:
     del ctx, attrs  # unused
-    x = np.asarray(x)
-    if x.dtype != F32 or x.ndim < 2:
-        raise OpError(f"OrtResizeLinear: float32 input of rank >= 2 expected, got {x.dtype} of rank {x.ndim}")
-    mode = coordinate_transformation_mode
-    mode = mode.decode() if isinstance(mode, bytes) else mode
-    s_h, s_w, n_h, n_w = ort_resize_geometry(x.shape, scales, sizes)
-    y = resize_linear(x, s_h, s_w, n_h, n_w, mode)
+    y = resize_linear(*ort_resize_args(x, scales, sizes, coordinate_transformation_mode))
     if out is None:
         return y
     np.copyto(out, y)
