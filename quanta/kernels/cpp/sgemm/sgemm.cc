@@ -592,6 +592,25 @@ float* phase_scratch(int64_t floats) {
   return buf.data();
 }
 
+// The weights of g groups, each mg rows of packed A panels (kPackMr rows × k, one
+// group every `packed` floats), as row-major [g][mg][k] in the calling thread's `buf`:
+// a tile on a row-major A takes the ISA's row-major row count (AVX2: 6 rows, 12
+// accumulators) where a packed panel of 8 rows holds two tiles of 4 (8 accumulators,
+// too few for 2 fmas a cycle at Zen 3's latency of 4). M·K floats moved.
+const float* unpacked_rows(const float* w, int64_t groups, int64_t mg, int64_t k, int64_t packed,
+                           std::vector<float>& buf) {
+  if (static_cast<int64_t>(buf.size()) < groups * mg * k) buf.resize(static_cast<size_t>(groups * mg * k));
+  for (int64_t grp = 0; grp < groups; ++grp) {
+    const float* src = w + grp * packed;
+    float* dst = buf.data() + grp * mg * k;
+    for (int64_t i = 0; i < mg; ++i) {
+      const float* panel = src + (i / kPackMr) * k * kPackMr + i % kPackMr;
+      for (int64_t j = 0; j < k; ++j) dst[i * k + j] = panel[j * kPackMr];
+    }
+  }
+  return buf.data();
+}
+
 // A convolution as one GEMM whose B rows are contiguous runs of a copy of the input
 // (implicit GEMM: no im2col). The zero-padded input of each channel is split into its
 // sh × sw phase planes, P[c][py][px][r][q] = xpad[c][r·sh + py][q·sw + px] (hq × wq each);
@@ -678,25 +697,10 @@ void conv_phased(const ConvGeom& g, const float* x, const float* w, const float*
     }
   }
   const bool indirect = kr.tile_indirect[1] != nullptr;
-  // Without an indirect tile the weights are read as a row-major A (one group after
-  // another), so that a tile takes the ISA's row-major row count (AVX2: 6 rows, 12
-  // accumulators; a packed A panel of 8 rows holds two tiles of 4, 8 accumulators, too
-  // few for 2 fmas a cycle at Zen 3's latency of 4). A copy of the weights, M·K floats,
-  // against M·K·OH·OW multiply-adds.
+  // Without an indirect tile the weights are read as a row-major A (unpacked_rows): M·K
+  // floats moved against M·K·OH·OW multiply-adds.
   thread_local std::vector<float> a_rows_buf;
-  const float* a_rows = nullptr;
-  if (!indirect) {
-    if (static_cast<int64_t>(a_rows_buf.size()) < g.g * mg * kk) a_rows_buf.resize(static_cast<size_t>(g.g * mg * kk));
-    for (int64_t grp = 0; grp < g.g; ++grp) {
-      const float* src = w + grp * packed;
-      float* dst = a_rows_buf.data() + grp * mg * kk;
-      for (int64_t i = 0; i < mg; ++i) {
-        const float* panel = src + (i / kPackMr) * kk * kPackMr + i % kPackMr;
-        for (int64_t k = 0; k < kk; ++k) dst[i * kk + k] = panel[k * kPackMr];
-      }
-    }
-    a_rows = a_rows_buf.data();
-  }
+  const float* a_rows = indirect ? nullptr : unpacked_rows(w, g.g, mg, kk, packed, a_rows_buf);
   int64_t mc, nc;
   task_blocks(mg, grid, kk, g.n * g.g, threads, &mc, &nc);
   while (nc > kPackNr && kk * nc > (int64_t{1} << 17)) nc -= kPackNr;
@@ -1034,27 +1038,14 @@ void conv(const ConvGeom& g, ConvPath path, const float* x, const float* w, cons
     sub = subsampled.data();
   }
   const int64_t packed = packed_a_size(mg, cg);
-  // Where the ISA's tile on a row-major A has more rows than on a packed one (AVX2: 6
-  // rows, 12 accumulators, against the packed panels' 4 rows, 8 accumulators: exactly
-  // the fmas Zen 3 keeps in flight, so any stall idles a port), the weights are read as
-  // a row-major copy, as conv_phased does: M·K floats moved against M·K·HW multiply-adds,
-  // so only on planes of at least kPointwiseRowMajorPixels pixels (a 1x1 head on a 1x1
-  // map would move as many floats as it multiplies). Each element keeps its chain (k
-  // increasing from +0, then the epilogue): the same bytes.
+  // Where the ISA's tile on a row-major A has more rows than on a packed one, the weights
+  // are read as a row-major copy (unpacked_rows), as conv_phased does: M·K floats moved
+  // against M·K·HW multiply-adds, so only on planes of at least kPointwiseRowMajorPixels
+  // pixels (a 1x1 head on a 1x1 map would move as many floats as it multiplies). Each
+  // element keeps its chain (k increasing from +0, then the epilogue): the same bytes.
   thread_local std::vector<float> a_rows_buf;
-  const float* a_rows = nullptr;
-  if (kr.mr_rows > kr.mr && hw >= kPointwiseRowMajorPixels) {
-    if (static_cast<int64_t>(a_rows_buf.size()) < g.g * mg * cg) a_rows_buf.resize(static_cast<size_t>(g.g * mg * cg));
-    for (int64_t grp = 0; grp < g.g; ++grp) {
-      const float* src = w + grp * packed;
-      float* dst = a_rows_buf.data() + grp * mg * cg;
-      for (int64_t i = 0; i < mg; ++i) {
-        const float* panel = src + (i / kPackMr) * cg * kPackMr + i % kPackMr;
-        for (int64_t k = 0; k < cg; ++k) dst[i * cg + k] = panel[k * kPackMr];
-      }
-    }
-    a_rows = a_rows_buf.data();
-  }
+  const bool rows = kr.mr_rows > kr.mr && hw >= kPointwiseRowMajorPixels;
+  const float* a_rows = rows ? unpacked_rows(w, g.g, mg, cg, packed, a_rows_buf) : nullptr;
   for (int64_t img = 0; img < g.n; ++img) {
     const float* xi = x + img * g.c * g.h * g.w;
     if (sub != nullptr) {
