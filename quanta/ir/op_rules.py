@@ -29,7 +29,7 @@ from quanta.ir.onnx_io import (
     quant_type_from_params,
 )
 from quanta.ir.op_facts import Stage, derive
-from quanta.ir.types import E8M0, MX_ELEMENTS, CalibratedType, FloatType, MXType, QuantType
+from quanta.ir.types import E8M0, MX_ELEMENTS, CalibratedType, FloatType, IntType, MXType, QuantType
 
 __all__ = ["OP_RULES", "QUANT_OPS", "VIEW_OPS", "Stage", "rules_for"]
 
@@ -270,12 +270,53 @@ def rule_no_quantized_compute(node: Node, stage: Stage) -> list[str]:
     return errors
 
 
+#: the integer ops whose epilogue takes an ``output_clamp`` (passes/lower/fold_code_clamp.py)
+OUTPUT_CLAMP_OPS = frozenset({"QLinearConv"})
+
+
+def rule_output_clamp(node: Node, stage: Stage) -> list[str]:
+    """An ``output_clamp`` attribute is two codes of the output's storage, ``lo <= hi``,
+    on a lowered integer op whose epilogue clamps (docs/quantization-math.md eq. (6c)).
+
+    Incorrect::
+
+        %y: Q(u8:f32, 0.05, 128) = QLinearConv(...) {output_clamp=[224, 128]}
+
+    Correct::
+
+        %y: Q(u8:f32, 0.05, 128) = QLinearConv(...) {output_clamp=[128, 224]}
+    """
+    errors = rule_quant_operands(node, stage)
+    clamp = node.attrs.get("output_clamp")
+    if clamp is None:
+        return errors
+    where = f"{node.op_type} {node.label}: output_clamp {clamp!r}"
+    if stage is not Stage.LOWERED:
+        return [*errors, f"{where}: only lowered integer ops carry an output clamp (stage {stage.value})"]
+    elem = _elem(node.outputs[0]) if node.outputs else None
+    storage = elem.storage if isinstance(elem, QuantType) else None
+    if not isinstance(storage, IntType):
+        return [*errors, f"{where}: the output's type {elem} is not quantized to integers"]
+    ok = (
+        isinstance(clamp, (list, tuple))
+        and len(clamp) == 2
+        and all(isinstance(v, int) for v in clamp)
+        and storage.qmin <= clamp[0] <= clamp[1] <= storage.qmax
+    )
+    if not ok:
+        errors.append(
+            f"{where}: expected [lo, hi] with {storage.qmin} <= lo <= hi <= {storage.qmax} (codes of {storage})"
+        )
+    return errors
+
+
 OP_RULES: dict[str, Rule] = {
     "QuantizeLinear": rule_quant_operands,
     "DequantizeLinear": rule_dequantize_output,
     **{op: rule_view for op in VIEW_OPS},
     **{op: rule_quant_operands for op in QUANT_OPS - {"QuantizeLinear", "DequantizeLinear", "QuantizeMX"}},
     "QuantizeMX": rule_quantize_mx,
+    **{op: rule_output_clamp for op in OUTPUT_CLAMP_OPS},
 }
 
 

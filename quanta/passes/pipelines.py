@@ -301,6 +301,7 @@ def lower_qdq(
     from quanta.passes.lower.accumulator_to_quant import FuseAccumulatorToQuant
     from quanta.passes.lower.channels_last import ChannelsLast
     from quanta.passes.lower.code_maps8 import ComposeCodeMaps8Pass
+    from quanta.passes.lower.fold_code_clamp import FoldCodeClampPass
     from quanta.passes.lower.fold_float_weights import FoldFloatWeights, FoldRequantizedConstants
     from quanta.passes.lower.lookup import ComposeCodeMaps16Pass, ComposeLookupsPass
     from quanta.passes.lower.mul_quant import FuseMulQuantPass
@@ -369,6 +370,9 @@ def lower_qdq(
         # a group of ops on one tensor's 8-bit codes (PP-OCR's w0 · x + w1 of learnt scalars): one table
         *([ComposeCodeMaps8Pass(evaluator)] if evaluator is not None else []),
         ComposeLookupsPass(),  # tables in a row (a BatchNorm as Sub / Mul / Add, each between Q / DQ): one
+        # a table that only clamps a QLinearConv's codes (Quark's Relu6 at zero point 128):
+        # the convolution's output clamp, in its epilogue
+        FoldCodeClampPass(),
         # a group of ops on one tensor's 16-bit codes (HardSwish's x + 3, x · (x + 3), / 6): one table
         *([ComposeCodeMaps16Pass(evaluator)] if evaluator is not None else []),
         QuantizePad(),  # DQ -> Pad -> Q of one type: the Pad runs on the integers

@@ -282,15 +282,16 @@ struct PyConv {
   struct QParams {
     bool x_signed = false, y_signed = false;
     int32_t zx = 0, zy = 0;
-    std::vector<float> mult;    // m[c] = f32(f32(sx·sw[c]) / sy), as given
-    std::vector<int32_t> bias;  // empty: no bias
+    int32_t clamp_lo = INT32_MIN, clamp_hi = INT32_MAX;  // the output code clamp (conv.h), in y's range
+    std::vector<float> mult;                             // m[c] = f32(f32(sx·sw[c]) / sy), as given
+    std::vector<int32_t> bias;                           // empty: no bias
   };
   // swapped whole (std::atomic_load / atomic_store): a call holds its own reference, so a
   // prepare() from another thread never changes parameters under a running call
   std::shared_ptr<const QParams> prepared;
 
   QParams make_qparams(const py::handle& zx_obj, bool x_signed, const py::handle& mult_obj, const py::handle& zy_obj,
-                       const py::object& bias_obj) const {
+                       const py::object& bias_obj, const py::object& clamp_obj) const {
     const char* fn = "QLinearConv";
     const int64_t M = conv->M();
     QParams q;
@@ -305,6 +306,26 @@ struct PyConv {
     q.y_signed = ynum == kNpyInt8;
     q.zy = zero_points(zy, 1, q.y_signed ? -128 : 0, q.y_signed ? 127 : 255, std::string(fn) + ": y_zero_point", -1,
                        nullptr)[0];
+    if (!clamp_obj.is_none()) {
+      // codes of y: qmin <= lo <= hi <= qmax (a bound outside y's range is a lowering error)
+      const int64_t qmin = q.y_signed ? -128 : 0, qmax = q.y_signed ? 127 : 255;
+      py::sequence seq;
+      try {
+        seq = clamp_obj.cast<py::sequence>();
+      } catch (const py::cast_error&) {
+        throw py::value_error(std::string(fn) + ": clamp: expected None or a pair (lo, hi) of codes");
+      }
+      if (py::len(seq) != 2)
+        throw py::value_error(std::string(fn) + ": clamp: expected None or a pair (lo, hi) of codes");
+      const int64_t lo = seq[0].cast<int64_t>(), hi = seq[1].cast<int64_t>();
+      if (lo < qmin || hi > qmax || lo > hi) {
+        throw py::value_error(std::string(fn) + ": clamp: expected " + std::to_string(qmin) +
+                              " <= lo <= hi <= " + std::to_string(qmax) + " (codes of y), got (" + std::to_string(lo) +
+                              ", " + std::to_string(hi) + ")");
+      }
+      q.clamp_lo = static_cast<int32_t>(lo);
+      q.clamp_hi = static_cast<int32_t>(hi);
+    }
     q.mult = scales(mult_obj, M, std::string(fn) + ": multiplier");
     for (size_t i = 0; i < q.mult.size(); ++i) {
       if (!std::isfinite(q.mult[i])) {
@@ -340,6 +361,8 @@ struct PyConv {
     args.x_signed = x_signed;
     args.zx = q.zx;
     args.zy = q.zy;
+    args.clamp_lo = q.clamp_lo;
+    args.clamp_hi = q.clamp_hi;
     args.out_type = q.y_signed ? OutType::kS8 : OutType::kU8;
     args.multiplier = q.mult.data();
     args.multiplier_per_channel = q.mult.size() > 1;
@@ -356,20 +379,21 @@ struct PyConv {
 
   py::array qlinear(const py::handle& x_obj, const py::handle& zx_obj, const py::handle& mult_obj,
                     const py::handle& zy_obj, const py::object& bias_obj, int num_threads, const py::object& out_obj,
-                    bool channels_last) {
+                    bool channels_last, const py::object& clamp_obj) {
     bool x_signed = false;
     py::array x = check_x(x_obj, "QLinearConv", channels_last, &x_signed);
-    const auto q = std::make_shared<const QParams>(make_qparams(zx_obj, x_signed, mult_obj, zy_obj, bias_obj));
+    const auto q =
+        std::make_shared<const QParams>(make_qparams(zx_obj, x_signed, mult_obj, zy_obj, bias_obj, clamp_obj));
     return run_qlinear(x, x_signed, q, num_threads, out_obj, channels_last);
   }
 
   // Constant requantization parameters, converted once (the binder's compile-time call):
   // x's type follows x_zero_point's.
   void prepare(const py::handle& zx_obj, const py::handle& mult_obj, const py::handle& zy_obj,
-               const py::object& bias_obj) {
+               const py::object& bias_obj, const py::object& clamp_obj) {
     const bool x_signed = type_num(as_array(zx_obj)) == kNpyInt8;
     std::atomic_store(&prepared, std::shared_ptr<const QParams>(std::make_shared<QParams>(
-                                     make_qparams(zx_obj, x_signed, mult_obj, zy_obj, bias_obj))));
+                                     make_qparams(zx_obj, x_signed, mult_obj, zy_obj, bias_obj, clamp_obj))));
   }
 
   py::array qlinear_prepared(const py::handle& x_obj, int num_threads, const py::object& out_obj, bool channels_last) {
@@ -506,11 +530,12 @@ void register_conv(py::module_& m) {
            py::arg("pads") = py::none(), py::arg("auto_pad") = "NOTSET", py::arg("isa") = py::none())
       .def("qlinear", &PyConv::qlinear, py::arg("x"), py::arg("x_zero_point"), py::arg("multiplier"),
            py::arg("y_zero_point"), py::arg("bias") = py::none(), py::kw_only(), py::arg("num_threads") = 1,
-           py::arg("out") = py::none(), py::arg("channels_last") = false,
-           "QLinearConv: y = saturate(round_half_even(f32(acc)·m[c]) + zy) with the multiplier m (scalar or one "
-           "per output channel) as the lowering derived it (requant_params.float_multiplier).")
+           py::arg("out") = py::none(), py::arg("channels_last") = false, py::arg("clamp") = py::none(),
+           "QLinearConv: y = min(max(round_half_even(f32(acc)·m[c]) + zy, L), H) with the multiplier m (scalar or "
+           "one per output channel) as the lowering derived it (requant_params.float_multiplier); [L, H] is "
+           "clamp = (lo, hi) (codes of y), default y's type range.")
       .def("prepare", &PyConv::prepare, py::arg("x_zero_point"), py::arg("multiplier"), py::arg("y_zero_point"),
-           py::arg("bias") = py::none(),
+           py::arg("bias") = py::none(), py::kw_only(), py::arg("clamp") = py::none(),
            "Converts constant QLinearConv parameters once (checked as qlinear checks them); "
            "qlinear_prepared then takes x alone. x's type follows x_zero_point's.")
       .def("qlinear_prepared", &PyConv::qlinear_prepared, py::arg("x"), py::kw_only(), py::arg("num_threads") = 1,

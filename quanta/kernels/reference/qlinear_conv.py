@@ -4,6 +4,11 @@
                    + B[m]                                       (int32, wrapping)
     y = saturate(round_half_even(float32(acc) · m_[m]) + zy)    eq. (6)
     m_[m] = float32(float32(sx · sw[m]) / sy)
+    y = min(max(y, lo), hi)       with output_clamp = [lo, hi]  eq. (6c)
+
+``output_clamp`` (quanta's attribute, lowered graphs only: a Relu / Clip whose table was a
+pure clamp of y's codes, folded by passes/lower/fold_code_clamp.py) clamps the codes after
+requantization; absent, y spans its type's range.
 
 Padding holds the real value 0, i.e. the quantized value ``zx``. ``x_scale``,
 ``x_zero_point``, ``y_scale``, ``y_zero_point`` are per tensor; ``w_scale`` and
@@ -26,7 +31,7 @@ from quanta.kernels.reference.integer_ops import conv_integer, wrap_int32
 from quanta.kernels.reference.registry import OpContext, OpError, register
 from quanta.kernels.reference.requant import requant_multiplier, requantize
 
-__all__ = ["qlinear_conv"]
+__all__ = ["output_clamp_bounds", "qlinear_conv"]
 
 _EIGHT_BIT = (np.dtype(np.int8), np.dtype(np.uint8))
 
@@ -51,11 +56,13 @@ def qlinear_conv(
     *,
     group: int = 1,
     dtype: np.dtype | type | None = None,
+    output_clamp: tuple[int, int] | list[int] | None = None,
     **attrs,
 ) -> np.ndarray:
-    """Quantized N-d convolution (eqs. (4), (6)); ``attrs`` are the ONNX geometry attributes.
+    """Quantized N-d convolution (eqs. (4), (6), (6c)); ``attrs`` are the ONNX geometry attributes.
 
-    ``dtype`` is the output storage type, default the dtype of ``y_zero_point``.
+    ``dtype`` is the output storage type, default the dtype of ``y_zero_point``;
+    ``output_clamp`` ``[lo, hi]``: codes of y, ``qmin <= lo <= hi <= qmax``.
 
     >>> x = np.array([[[1, 2, 3, 4]]], np.uint8); w = np.array([[[1, 1]]], np.uint8)
     >>> qlinear_conv(x, 0.5, 1, w, 1.0, 0, 1.0, np.uint8(0)).tolist()  # acc 1, 3, 5 -> 0.5, 1.5, 2.5
@@ -84,7 +91,30 @@ def qlinear_conv(
             f"w_scale: expected a scalar or a 1-D tensor of {m_out} (output channels), got shape {sw.shape}"
         )
     m = requant_multiplier(_scalar(x_scale, "x_scale").astype(np.float32), sw, _scalar(y_scale, "y_scale"))
-    return requantize(acc, m, int(_scalar(y_zero_point, "y_zero_point")), dtype)
+    y = requantize(acc, m, int(_scalar(y_zero_point, "y_zero_point")), dtype)
+    if output_clamp is None:
+        return y
+    lo, hi = output_clamp_bounds(output_clamp, y.dtype)
+    return np.clip(y, lo, hi).astype(y.dtype)
+
+
+def output_clamp_bounds(output_clamp: tuple[int, int] | list[int], dtype: np.dtype) -> tuple[int, int]:
+    """``(lo, hi)`` of an ``output_clamp`` attribute, checked against the codes of ``dtype``.
+
+    Incorrect: ``output_clamp=[128, 224]`` on an int8 output; ``[9, 3]``.
+    Correct: ``output_clamp=[128, 224]`` on a uint8 output (Quark's Relu6 at zero point 128).
+
+    >>> output_clamp_bounds([128, 224], np.dtype(np.uint8))
+    (128, 224)
+    """
+    info = np.iinfo(dtype)
+    bounds = [int(v) for v in output_clamp]
+    if len(bounds) != 2 or not info.min <= bounds[0] <= bounds[1] <= info.max:
+        raise OpError(
+            f"output_clamp: expected [lo, hi] with {info.min} <= lo <= hi <= {info.max} (codes of {dtype}), "
+            f"got {list(output_clamp)}"
+        )
+    return bounds[0], bounds[1]
 
 
 @register("QLinearConv")

@@ -3,6 +3,8 @@
     acc[n, m, o] = Σ_{c, k} (x_pad[n, g·C/G + c, o·s + k·d] − zx) · (w[m, c, k] − zw[m]) + B[m]   eq. (4)
     QLinearConv  y = saturate(round_half_even(f32(acc) · m[m]) + zy),  m = f32(f32(sx·sw[m]) / sy)   eq. (6)
                  (m: node.requant, derived by the lowering; the binding takes it as given)
+                 y = min(max(y, lo), hi) with the node's output_clamp [lo, hi]         eq. (6c)
+                 (passes/lower/fold_code_clamp.py; the kernel's epilogue clamps, conv.h clamp_lo)
     ConvInteger  y = acc (int32, no bias)
 
 bit-exact with reference/qlinear_conv.py and reference/integer_ops.py (tests/targets/
@@ -101,10 +103,12 @@ def _qlinear_conv_native(
     nhwc: bool = False,
     domain: str = "",
     out: np.ndarray | None = None,
+    output_clamp: list[int] | None = None,
     **attrs: Any,
 ) -> np.ndarray:
     """QLinearConv through the prepacked ``conv`` (w and w_zero_point are in it); ``nhwc``:
-    x and y channels_last (com.microsoft QLinearConv, ``domain`` for the twin)."""
+    x and y channels_last (com.microsoft QLinearConv, ``domain`` for the twin);
+    ``output_clamp``: the node's code clamp (eq. (6c))."""
     try:
         # run-time scales (a node with constant ones takes _qlinear_conv_prepared): the
         # lowering's derivation, per call
@@ -118,10 +122,12 @@ def _qlinear_conv_native(
             num_threads=_threads(ctx),
             out=out,
             channels_last=nhwc,
+            clamp=output_clamp,
         )
     except ValueError:
         inputs = (x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B)
-        return _reference("QLinearConv", ctx, inputs, attrs, domain, out)
+        clamp = {} if output_clamp is None else {"output_clamp": output_clamp}
+        return _reference("QLinearConv", ctx, inputs, {**attrs, **clamp}, domain, out)
 
 
 def _qlinear_conv_prepared(
@@ -179,7 +185,7 @@ def _prepare_constants(conv: Any, node: Node) -> bool:
         return False
     zx, zy, b = (None if v is None else np.asarray(v.const) for v in inputs)
     try:
-        conv.prepare(zx, rq.multiplier, zy, b)
+        conv.prepare(zx, rq.multiplier, zy, b, clamp=node.attrs.get("output_clamp"))
     except (ValueError, TypeError):
         return False
     return True
@@ -252,8 +258,8 @@ class _Conv3d:
         self.kernel = f"qconv3d_depthfold+{conv.kernel}"
         self.zx: int | None = None  # x's constant zero point, once prepare() has it
 
-    def prepare(self, zx: np.ndarray | None, *rest: Any) -> None:
-        self.conv.prepare(zx, *rest)
+    def prepare(self, zx: np.ndarray | None, *rest: Any, clamp: list[int] | None = None) -> None:
+        self.conv.prepare(zx, *rest, clamp=clamp)
         self.zx = _scalar_zero_point(zx)
 
     def _run(
@@ -276,9 +282,12 @@ class _Conv3d:
         num_threads: int,
         out: np.ndarray | None = None,
         channels_last: bool = False,
+        clamp: list[int] | None = None,
     ) -> np.ndarray:
         def call(x4: np.ndarray) -> np.ndarray:
-            return self.conv.qlinear(x4, x_zero_point, m, y_zero_point, b, num_threads=num_threads)
+            return self.conv.qlinear(
+                x4, x_zero_point, m, y_zero_point, b, num_threads=num_threads, clamp=clamp
+            )
 
         return self._run(x, _scalar_zero_point(x_zero_point), call, out, channels_last)
 

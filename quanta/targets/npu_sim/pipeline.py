@@ -11,9 +11,10 @@ __all__ = ["npu_pipeline"]
 
 
 def npu_pipeline(model: Model, rounding: str = "double") -> list[Pass]:
-    """``lower_qdq`` without ChannelsLast (the device's convolutions are NCHW) and
-    FoldFloatWeights (the weights of a group left for IntegerOnly stay integers), then
-    IntegerOnly and dead code."""
+    """``lower_qdq`` without ChannelsLast (the device's convolutions are NCHW),
+    FoldFloatWeights (the weights of a group left for IntegerOnly stay integers) and
+    FoldCodeClampPass (the device's IntConv has no output clamp: a clamp stays its table),
+    then IntegerOnly and dead code."""
     from quanta.passes.lower.qdq_to_qlinear import LowerQdqToQLinear
     from quanta.passes.pipelines import lower_qdq
     from quanta.passes.rules.eliminate_dead import EliminateDead
@@ -25,6 +26,6 @@ def npu_pipeline(model: Model, rounding: str = "double") -> list[Pass]:
         # groups itself
         LowerQdqToQLinear(model.opset(), evaluator, wide=False) if isinstance(p, LowerQdqToQLinear) else p
         for p in lower_qdq(opset=model.opset(), evaluator=evaluator)
-        if type(p).__name__ not in ("ChannelsLast", "EliminateDead", "FoldFloatWeights")
+        if type(p).__name__ not in ("ChannelsLast", "EliminateDead", "FoldFloatWeights", "FoldCodeClampPass")
     ]
     return [*passes, IntegerOnly(rounding), EliminateDead()]

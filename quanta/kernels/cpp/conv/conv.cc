@@ -599,9 +599,9 @@ void QConv::run_depthwise(const ConvArgs& a, const Geometry& geo, const Plan& pl
   }
   float lo = 0.f, hi = 0.f;
   if (a.out_type != OutType::kS32) {
-    const int32_t qmin = a.out_type == OutType::kS8 ? -128 : 0, qmax = a.out_type == OutType::kS8 ? 127 : 255;
-    lo = static_cast<float>(qmin - a.zy);
-    hi = static_cast<float>(qmax - a.zy);
+    const OutputRange r = output_range(a);
+    lo = static_cast<float>(r.lo - a.zy);
+    hi = static_cast<float>(r.hi - a.zy);
   }
   const int64_t hw = geo.H * geo.W, ohw = geo.OH * geo.OW;
   const int64_t copy_begin = std::min(geo.pad_left, pl.dw_stride);
@@ -718,10 +718,10 @@ void QConv::run_depthwise_nhwc(const ConvArgs& a, const Geometry& geo, const Pla
   base.zw = d.nhwc_zero_point.empty() ? nullptr : d.nhwc_zero_point.data();
   base.out_type = a.out_type;
   if (a.out_type != OutType::kS32) {
-    const int32_t qmin = a.out_type == OutType::kS8 ? -128 : 0, qmax = a.out_type == OutType::kS8 ? 127 : 255;
+    const OutputRange r = output_range(a);
     base.zy = a.zy;
-    base.lo_minus_zy = static_cast<float>(qmin - a.zy);
-    base.hi_minus_zy = static_cast<float>(qmax - a.zy);
+    base.lo_minus_zy = static_cast<float>(r.lo - a.zy);
+    base.hi_minus_zy = static_cast<float>(r.hi - a.zy);
   }
   base.y_pixel_stride = C;
   const DepthwiseNhwcFn kernel = depthwise_nhwc_for(isa_);

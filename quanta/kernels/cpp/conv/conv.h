@@ -28,10 +28,14 @@
 //   kS32 (ConvInteger):  y = acc                         (no bias: ConvInteger has none)
 //   kU8 / kS8 (QLinearConv, eq. (6), ONNX Runtime semantics, bit-exact with
 //   quanta/kernels/reference/qlinear_conv.py):
-//       v = fl(float32(acc) · multiplier[m]);  v = min(max(v, qmin − zy), qmax − zy)
+//       v = fl(float32(acc) · multiplier[m]);  v = min(max(v, L − zy), H − zy)
 //       y = round_half_even(v) + zy
 //   with multiplier[m] = fl(fl(sx · sw[m]) / sy) computed by the caller (the binding), as
-//   reference/requant.py::requant_multiplier.
+//   reference/requant.py::requant_multiplier, and L = max(qmin, clamp_lo), H = min(qmax,
+//   clamp_hi): the output code clamp (ConvArgs; default the type's range). A clamp of the
+//   codes after requantization, since L − zy and H − zy are integers and round_half_even is
+//   monotone with integer fixed points: round(min(max(v, L − zy), H − zy)) =
+//   min(max(round(v), L − zy), H − zy) (docs/quantization-math.md eq. (6c)).
 //
 // Every path computes acc in the folded form of eq. (5) with the u8 shift of eq. (8):
 // x' = x (uint8) or x ^ 0x80 = x + 128 (int8), zx' = zx (+ 128), so x' − zx' = x − zx and
@@ -162,9 +166,22 @@ struct ConvArgs {
   bool multiplier_per_channel = false;
   const int32_t* bias = nullptr;  // [M] or null
   int32_t zy = 0;                 // kU8/kS8, in the output's range
-  void* y = nullptr;              // [N, M, OH, OW] (or [N, OH, OW, M]) of out_type
+  // kU8/kS8: the output code clamp [clamp_lo, clamp_hi] (a Relu / Clip folded into the
+  // epilogue), intersected with the type's range by output_range(); clamp_lo <= clamp_hi
+  int32_t clamp_lo = INT32_MIN, clamp_hi = INT32_MAX;
+  void* y = nullptr;  // [N, M, OH, OW] (or [N, OH, OW, M]) of out_type
   int num_threads = 1;
 };
+
+// The codes [L, H] a kU8 / kS8 call writes: L = max(qmin, clamp_lo), H = min(qmax, clamp_hi).
+struct OutputRange {
+  int32_t lo = 0, hi = 0;
+};
+inline OutputRange output_range(const ConvArgs& a) {
+  const bool s8 = a.out_type == OutType::kS8;
+  const int32_t qmin = s8 ? -128 : 0, qmax = s8 ? 127 : 255;
+  return {a.clamp_lo > qmin ? a.clamp_lo : qmin, a.clamp_hi < qmax ? a.clamp_hi : qmax};
+}
 
 // Scratch of one call: a main buffer, and one buffer + one qgemm::Workspace per thread.
 class ConvWorkspace {

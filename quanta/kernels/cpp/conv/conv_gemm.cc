@@ -354,8 +354,9 @@ void QConv::run_implicit(const ConvArgs& a, const Geometry& geo, const Plan& pl,
   } else {
     base.kind = qgemm::EpiKind::kQ8Float;
     base.y_signed = a.out_type == OutType::kS8;
-    base.lo = base.y_signed ? -128 : 0;
-    base.hi = base.y_signed ? 127 : 255;
+    const OutputRange r = output_range(a);
+    base.lo = r.lo;
+    base.hi = r.hi;
     base.lo_minus_zy = static_cast<float>(base.lo - a.zy);
     base.hi_minus_zy = static_cast<float>(base.hi - a.zy);
   }
@@ -556,6 +557,10 @@ qgemm::QGemmParams QConv::pointwise_gemm_params(const ConvArgs& a) const {
     p.multiplier = a.multiplier;
     p.multiplier_per_row = a.multiplier_per_channel;
     p.zy = a.zy;
+    const OutputRange r = output_range(a);
+    p.has_clamp = true;
+    p.clamp_lo = r.lo;
+    p.clamp_hi = r.hi;
   }
   p.num_threads = 1;
   return p;
@@ -703,6 +708,10 @@ void QConv::run_im2col(const ConvArgs& a, const Geometry& geo, const Plan& pl, C
       p.multiplier = a.multiplier + (a.multiplier_per_channel ? g * Mg : 0);
       p.multiplier_per_channel = a.multiplier_per_channel;
       p.zy = a.zy;
+      const OutputRange r = output_range(a);
+      p.has_clamp = true;
+      p.clamp_lo = r.lo;
+      p.clamp_hi = r.hi;
     }
     uint8_t* ybuf = buf + pl.off_ybuf;
     p.y = a.channels_last ? static_cast<uint8_t*>(a.y) + (r0 * M_ + g * Mg) * ob : ybuf;
@@ -805,10 +814,10 @@ void QConv::run_direct(const ConvArgs& a, const Geometry& geo, const Plan& pl, C
   base.multiplier = mult;
   base.out_type = a.out_type;
   if (a.out_type != OutType::kS32) {
-    const bool s8 = a.out_type == OutType::kS8;
+    const OutputRange r = output_range(a);
     base.zy = a.zy;
-    base.lo_minus_zy = static_cast<float>((s8 ? -128 : 0) - a.zy);
-    base.hi_minus_zy = static_cast<float>((s8 ? 127 : 255) - a.zy);
+    base.lo_minus_zy = static_cast<float>(r.lo - a.zy);
+    base.hi_minus_zy = static_cast<float>(r.hi - a.zy);
   }
   base.weights16 = direct_w16_.data();
   auto unit_fn = [&](int64_t unit, int) {
