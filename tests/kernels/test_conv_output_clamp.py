@@ -41,17 +41,20 @@ from .test_conv_native import (
 )
 
 
-def clamps(y_dtype: np.dtype, zy: int) -> list[tuple[int, int]]:
-    """Bounds inside and at the code range: a Relu6 at zy (Quark: [128, 224]), one side
-    inside, both ends of the range, and one code."""
-    info = np.iinfo(y_dtype)
-    span = info.max - info.min
+def clamps(unclamped: np.ndarray, zy: int) -> list[tuple[int, int]]:
+    """Bounds inside and at the code range, from the unclamped codes so that the inner
+    ones bite: both sides inside (the 25th and 75th percentiles), the upper side only,
+    the lower side only, a Relu6 at zy (Quark: [128, 224]), both ends of the range, and
+    one code (the median)."""
+    info = np.iinfo(unclamped.dtype)
+    p25, p40, p50, p60, p75 = (int(np.percentile(unclamped, q, method="lower")) for q in (25, 40, 50, 60, 75))
     return [
-        (zy, min(info.max, zy + span // 3)),
-        (info.min, info.min + 100),
-        (info.min + 37, info.max),
-        (info.min, info.max),
-        (info.min + 61, info.min + 61),
+        (p25, p75),
+        (int(info.min), p60),
+        (p40, int(info.max)),
+        (zy, min(int(info.max), zy + (int(info.max) - int(info.min)) // 3)),
+        (int(info.min), int(info.max)),
+        (p50, p50),
     ]
 
 
@@ -76,12 +79,12 @@ def check_clamped(case: ConvCase, channels_last: bool = True) -> list[str]:
     with ``channels_last``); returns the NCHW kernel names that ran."""
     kernels = []
     y_dtype = np.asarray(case.zy).dtype
-    bounds = clamps(y_dtype, int(case.zy))
-    expected = {c: twin(case, c) for c in bounds}
     unclamped = twin(case, (int(np.iinfo(y_dtype).min), int(np.iinfo(y_dtype).max)))
-    # the cases are strong enough to tell a clamp from none: every inner bound bites
-    for lo, hi in bounds[:3]:
-        assert (unclamped < lo).any() or (unclamped > hi).any(), ("a clamp that never bites", lo, hi)
+    bounds = clamps(unclamped, int(case.zy))
+    expected = {c: twin(case, c) for c in bounds}
+    # the cases are strong enough to tell a clamp from none: the percentile bounds bite
+    lo, hi = bounds[0]
+    assert (unclamped < lo).any() and (unclamped > hi).any(), ("a clamp that never bites", lo, hi)
     x_nhwc = to_nhwc(case.x)
     for isa in ISAS:
         conv = make_conv(case, isa)
@@ -132,9 +135,20 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("pw_path", ["gemm", "transposed"])
-@pytest.mark.parametrize("dw_path", ["planes", "transposed"])
-@pytest.mark.parametrize(("x_shape", "w_shape", "attrs", "why"), CASES, ids=[c[3] for c in CASES])
+# each case on each path its geometry can take: the environment pins the depthwise
+# (planes / through the channels_last kernel) and the pointwise (GEMM / transposes) choice
+PATH_PINS = {
+    "dw": [("QUANTA_CONV_DW_PATH", "planes"), ("QUANTA_CONV_DW_PATH", "transposed")],
+    "pointwise": [("QUANTA_CONV_PW_PATH", "gemm"), ("QUANTA_CONV_PW_PATH", "transposed")],
+}
+PINNED = [
+    pytest.param(*case, pin, id=f"{case[3]} {pin[1] if pin else ''}".strip())
+    for case in CASES
+    for pin in PATH_PINS.get(case[3].split(":")[0], [None])
+]
+
+
+@pytest.mark.parametrize(("x_shape", "w_shape", "attrs", "why", "pin"), PINNED)
 @pytest.mark.parametrize(
     ("x_dtype", "w_dtype", "y_dtype", "per_channel"),
     [
@@ -144,13 +158,10 @@ CASES = [
     ],
 )
 def test_conv_output_clamp_every_path_isa_and_layout(
-    x_shape, w_shape, attrs, why, x_dtype, w_dtype, y_dtype, per_channel, dw_path, pw_path, monkeypatch
+    x_shape, w_shape, attrs, why, pin, x_dtype, w_dtype, y_dtype, per_channel, monkeypatch
 ):
-    path = why.split(":")[0]
-    if (dw_path == "transposed" and path != "dw") or (pw_path == "transposed" and path != "pointwise"):
-        pytest.skip("the environment pin applies to another path")
-    monkeypatch.setenv("QUANTA_CONV_DW_PATH", dw_path)
-    monkeypatch.setenv("QUANTA_CONV_PW_PATH", pw_path)
+    if pin is not None:
+        monkeypatch.setenv(*pin)
     rng = np.random.default_rng(x_shape[1] * 29 + w_shape[0])
     case = random_case(
         rng,
@@ -164,7 +175,9 @@ def test_conv_output_clamp_every_path_isa_and_layout(
     )
     kernels = check_clamped(case)
     portable = kernels[ISAS.index("portable")]
-    prefix = {"dw": "qconv_dw_", "implicit": "qconv_implicit+", "im2col": "qconv_im2col+"}.get(path)
+    prefix = {"dw": "qconv_dw_", "implicit": "qconv_implicit+", "im2col": "qconv_im2col+"}.get(
+        why.split(":")[0]
+    )
     if prefix is not None:
         assert portable.startswith(prefix), kernels
 

@@ -407,9 +407,10 @@ def test_quantize_before_activation_is_exact(act, ys, yz, lo, hi):
 
 
 @pytest.mark.parametrize(("act", "ys", "yz", "lo", "hi"), SPLIT_CASES)
-def test_quantize_before_activation_lowers_to_integer_conv_and_table(act, ys, yz, lo, hi):
-    """The session lowers the split group to QLinearConv and a table on its codes (no float
-    Conv), and the native kernels equal the reference twins bit for bit."""
+def test_quantize_before_activation_lowers_to_integer_conv_and_clamp(act, ys, yz, lo, hi):
+    """The session lowers the split group to QLinearConv whose epilogue clamps the codes
+    (the clamp's table folded into it: passes/lower/fold_code_clamp.py; no float Conv, no
+    table step), and the native kernels equal the reference twins bit for bit."""
     import onnxruntime as ort
 
     import quanta
@@ -417,7 +418,9 @@ def test_quantize_before_activation_lowers_to_integer_conv_and_table(act, ys, yz
     proto = qdq_act_model(act, ys, yz, lo=lo, hi=hi)
     native = quanta.InferenceSession(proto, backend="native")
     ops = sorted(s.op_type for s in native.plan.steps)
-    assert "Conv" not in ops and "QLinearConv" in ops and "QLinearLookup" in ops, ops
+    assert "Conv" not in ops and "QLinearConv" in ops and "QLinearLookup" not in ops, ops
+    (conv,) = [s.node for s in native.plan.steps if s.op_type == "QLinearConv"]
+    assert "output_clamp" in conv.attrs
     x = rng_data((1, 3, 9, 5), seed=5, low=-6.0, high=6.0)
     got = native.run(None, {"x": x})[0]
     twin = quanta.InferenceSession(proto, backend="reference").run(None, {"x": x})[0]
