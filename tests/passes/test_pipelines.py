@@ -204,11 +204,12 @@ def test_lower_qdq_runs_the_clean_up_then_instruction_selection():
 
     passes = lower_qdq(opset=21)
     names = [p.name for p in passes]
-    assert names[-18:] == [
+    assert names[-19:] == [
         "lower_qdq_to_qlinear",
         "eliminate_dead",
         "fold_constants",  # without an evaluator: no fold_requantized_constants
         "compose_lookups",
+        "fold_code_clamp",  # a clamp-only table into its QLinearConv, before channels_last
         "quantize_pad",
         "conv_transpose_1d_as_2d",
         "fuse_gelu",
