@@ -502,11 +502,22 @@ def ties(name: str, path: Path, n_feeds: int) -> dict[str, float]:
         )
         return np.multiply(diff, s.reshape(shape) if shape else s, dtype=np.float32)
 
+    def centred(node: onnx.NodeProto, codes: np.ndarray) -> np.ndarray:
+        """codes − zero point (float64, exact), the zero point per axis-0 slice if per channel."""
+        z = np.asarray(consts[node.input[2]] if len(node.input) > 2 and node.input[2] else 0, np.int64)
+        z = z.reshape((-1,) + (1,) * (codes.ndim - 1)) if z.size > 1 else z
+        return (codes.astype(np.int64) - z).astype(np.float64)
+
     for conv, kind, q in grp:
         attrs = {a.name: helper.get_attribute_value(a) for a in conv.attribute}
         dqx, dqw = prod[conv.input[0]], prod[conv.input[1]]
         wq = consts[dqw.input[0]]
-        w = deq(dqw, wq, wq.shape[0]).astype(np.float64)
+        wi = centred(dqw, wq)
+        sxw = np.float64(np.asarray(consts[dqx.input[1]], np.float32)) * np.asarray(
+            consts[dqw.input[1]], np.float32
+        ).astype(np.float64).reshape(
+            1, -1, 1, 1
+        )  # sx·sw[c] without rounding: the scale of the exact integer sum
         b = None
         if len(conv.input) > 2 and conv.input[2]:
             bn = conv.input[2]
@@ -515,15 +526,17 @@ def ties(name: str, path: Path, n_feeds: int) -> dict[str, float]:
                 b = deq(prod[bn], bq, bq.shape[0]).astype(np.float64)
             else:
                 b = consts[bn].astype(np.float64)
+        bb = 0.0 if b is None else b.reshape(1, -1, 1, 1)
         sy, zy, lo, hi = _q_params(q, consts)
         for run in runs:
-            x = deq(dqx, np.asarray(run[dqx.input[0]]), -1).astype(np.float64)
-            v = _conv_f64(x, w, b, attrs)
+            xi = centred(dqx, np.asarray(run[dqx.input[0]]))
+            v = _conv_f64(xi, wi, None, attrs) * sxw + bb  # the exact sum (integers below 2^53)
             vo = np.asarray(run[conv.output[0]], np.float64)
-            # (OT1)'s bound: gamma_n · (Σ|x·w| + |b|), n = K + 2 roundings (products, sums, bias)
-            k = w[0].size + 2
+            # (OT1)'s bound: gamma_n · (Σ|x·w| + |b|), n = K + 4 roundings (the two
+            # dequantizations, the products and sums, the bias)
+            k = wq[0].size + 4
             gamma = k * 2.0**-24 / (1 - k * 2.0**-24)
-            mag = _conv_f64(np.abs(x), np.abs(w), None if b is None else np.abs(b), attrs)
+            mag = _conv_f64(np.abs(xi), np.abs(wi), None, attrs) * sxw + np.abs(bb)
             slope = 1.1 if kind == "SiLU" else 1.0  # max |f'|: SiLU 1.0998, Relu and Clip 1
             bound = gamma * mag * slope / sy
             fy, fo = _act(kind, v) / sy, _act(kind, vo) / sy
