@@ -48,6 +48,15 @@ in ORT's order, would recompute; docs/float-ops.md (OT1)-(OT2)).
 Both run on the model's first ``--feeds`` calibration feeds (``foreign_qdq.model_and_feeds``:
 zoo models and EfficientNet-Lite0).
 
+    python benchmarks/foreign_lsb.py valleys /tmp/f/nudenet_320n.nncf.onnx
+
+``valleys``: for every channel of every ``DQ -> Conv -> SiLU -> QuantizeLinear`` group, the
+native ``acc_to_quant`` (bit-exact with the AccumulatorToQuant twin) on every integer
+accumulator of the channel's window (v from −40 to where the top code is certain): whether
+the codes fall then rise with no other non-monotone step (the premise of the exact
+threshold form, docs/passes.md (AQ5)), the thresholds per channel and the smallest gap
+between two of them (the width of a bucket holding at most one).
+
 Models and feeds come from the zoo's manifest (``benchmarks/zoo/README.md``).
 """
 
@@ -557,6 +566,61 @@ def ties(name: str, path: Path, n_feeds: int) -> dict[str, float]:
     return res
 
 
+def valleys(path: Path) -> dict[str, float]:
+    """(AQ5)'s premise on every SiLU channel of a file (docs/passes.md)."""
+    from onnx import numpy_helper
+
+    from quanta.kernels import _native
+
+    m = onnx.load(str(path))
+    consts = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+    prod = {o: n for n in m.graph.node for o in n.output}
+    res = {"channels": 0.0, "values": 0.0, "other_steps": 0.0}
+    thresholds: list[int] = []
+    gaps: list[int] = []
+    for conv, _, q in _activation_groups(m, ("SiLU",)):
+        dqx, dqw = prod.get(conv.input[0]), prod.get(conv.input[1])
+        if (
+            dqx is None
+            or dqw is None
+            or dqx.op_type != "DequantizeLinear"
+            or dqw.op_type != "DequantizeLinear"
+        ):
+            continue
+        sx = np.float32(consts[dqx.input[1]])
+        sw = np.asarray(consts[dqw.input[1]], np.float32).ravel()
+        b = (
+            np.asarray(consts[conv.input[2]], np.float32).ravel()
+            if len(conv.input) > 2 and conv.input[2] in consts
+            else np.zeros_like(sw)
+        )
+        sy, zy, lo, hi = _q_params(q, consts)
+        v_hi = 2.0 * sy * (hi - zy + 1) + 8.0  # SiLU(v) >= v / 2 above 0: the top code is certain
+        for c in range(sw.size):
+            s = np.float32(sx * sw[c])  # AccumulatorToQuant's scale, f32(sx·sw[c])
+            a0 = int(np.floor((-40.0 - float(b[c])) / float(s)))
+            a1 = int(np.ceil((v_hi - float(b[c])) / float(s)))
+            acc = np.arange(a0, a1 + 1, dtype=np.int32).reshape(1, 1, -1)
+            y = np.empty(acc.shape, np.int8 if lo < 0 else np.uint8)
+            _native.acc_to_quant(acc, None, np.array([s]), np.array([b[c]]), 1, [], sy, zy, lo < 0, 1, y)
+            codes = y.ravel().astype(np.int32)
+            d = np.diff(codes)
+            k = int(np.argmin(codes))
+            res["other_steps"] += int(np.count_nonzero(d[:k] > 0) + np.count_nonzero(d[k:] < 0))
+            steps = np.nonzero(d)[0]
+            thresholds.append(steps.size)
+            if steps.size > 1:
+                gaps.append(int(np.diff(steps).min()))
+            res["channels"] += 1
+            res["values"] += acc.size
+    if thresholds:
+        res["thresholds_median"] = float(np.median(thresholds))
+    if gaps:
+        res["smallest_gap_median"] = float(np.median(gaps))
+        res["smallest_gap_min"] = float(min(gaps))
+    return res
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -592,6 +656,8 @@ def main() -> None:
     ti.add_argument("model")
     ti.add_argument("--file", type=Path, required=True)
     ti.add_argument("--feeds", type=int, default=2)
+    va = sub.add_parser("valleys", help="(AQ5): one valley per SiLU channel, thresholds and gaps")
+    va.add_argument("file", type=Path)
     args = ap.parse_args()
     zoo.QUANTA_FLOAT_FUNCTIONS = args.float_functions
     tmp = Path("/tmp") / f"foreign_lsb_{args.cmd}.onnx"
@@ -611,6 +677,8 @@ def main() -> None:
             print(f"{label}: {n} of {size} codes change ({n / max(size, 1):.2e}), max {worst}")
     elif args.cmd == "ties":
         print(json.dumps(ties(args.model, args.file, args.feeds)))
+    elif args.cmd == "valleys":
+        print(json.dumps(valleys(args.file)))
     else:
         files(args.folder, args.json, args.feeds)
 
