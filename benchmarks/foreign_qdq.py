@@ -6,7 +6,7 @@ Run::
     python benchmarks/foreign_qdq.py [--models efficientnet_lite0,all_minilm_l6_v2,ppocr_cls]
                                      [--layouts quanta,ort_qdq,ort_qdq_pc,trt,ort_qop,...]
                                      [--threads 1 2] [--blocks 5] [--runs 8] [--cache DIR]
-                                     [--no-openvino]
+                                     [--no-openvino] [--ort-float-orders matmul,pool]
 
 Models: ``efficientnet_lite0`` and ``all_minilm_l6_v2`` from ``benchmarks/real_models``
 (run its ``export.py`` first; the ``.prep.onnx`` files are quantized), and any model of the
@@ -182,10 +182,14 @@ def quantize(layout: str, src: Path, dst: Path, calib: list[Feed]) -> None:
 # --- engines -------------------------------------------------------------------------
 
 
+#: quanta's ``SessionOptions.ort_float_orders`` for every session (``--ort-float-orders``)
+ORT_FLOAT_ORDERS: frozenset[str] | None = None
+
+
 def quanta_run(path: Path, threads: int) -> tuple[Callable[[Feed], object], Any]:
     import quanta
 
-    opts = quanta.SessionOptions()
+    opts = quanta.SessionOptions(ort_float_orders=ORT_FLOAT_ORDERS)
     opts.intra_op_num_threads = threads
     s = quanta.InferenceSession(str(path), sess_options=opts)
     return (lambda f: s.run(None, f)), s
@@ -297,7 +301,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", type=Path, default=BENCH_CACHE / "foreign")
     ap.add_argument("--force", action="store_true", help="quantize again even if the files exist")
     ap.add_argument("--no-openvino", dest="openvino", action="store_false", help="leave OpenVINO out")
+    ap.add_argument(
+        "--ort-float-orders",
+        help="quanta's SessionOptions.ort_float_orders, comma-separated ('matmul,pool': "
+        "the Conv groups ORT leaves float on quanta's exact integer sum; '' none)",
+    )
     args = ap.parse_args(argv)
+    global ORT_FLOAT_ORDERS
+    if args.ort_float_orders is not None:
+        ORT_FLOAT_ORDERS = frozenset(x for x in args.ort_float_orders.split(",") if x)
     args.cache.mkdir(parents=True, exist_ok=True)
     print("# median ms; q = quanta on the file, own = quanta on quanta's own file, ORT / OV on the file")
     print(

@@ -104,6 +104,17 @@ class SessionOptions:
     #: float convolution" and "Which of ORT's float orders "auto" takes".
     float_functions: str = "auto"
 
+    #: which of ORT's float orders (ort_float_functions.FLOAT_ORDERS: "conv", "matmul",
+    #: "pool") a session that runs ORT's functions takes; None: "ort" takes all, "auto"
+    #: AUTO_FLOAT_ORDERS. Without "conv" the QDQ Conv groups ORT leaves float keep
+    #: quanta's exact integer sum while ORT's integer groups keep its saturating pairs: on
+    #: TensorRT-style symmetric files (int8 activations, which ORT leaves float where it
+    #: cannot make them uint8) 1.20x instead of 1.54x quanta's own file with 3 instead of 4
+    #: output steps from ORT on EfficientNet-Lite0, 0.99x instead of 2.99x with 8 instead
+    #: of 0 on nudenet_320n (docs/float-ops.md (OT1)-(OT3)). Ignored where the session runs
+    #: ONNX's functions.
+    ort_float_orders: frozenset[str] | None = None
+
     #: quanta's own: run a MatMul whose weight the file stores as 8-bit integers times a
     #: scale (``Cast`` -> ``Mul``, "weight only") as ``DynamicQuantizeMatMul``, its float
     #: activation quantized on every run (ONNX Runtime's ``quantize_dynamic`` form:
@@ -258,6 +269,15 @@ class InferenceSession:
                 self._tune(feeds)
 
     def _compile(self, model: Model) -> Plan:
+        if self._options.ort_float_orders is not None:
+            from quanta.passes.rules.ort_float_functions import FLOAT_ORDERS
+
+            unknown = sorted(set(self._options.ort_float_orders) - FLOAT_ORDERS)
+            if unknown:
+                raise ValueError(
+                    f"SessionOptions.ort_float_orders: unknown orders {unknown}; expected a subset of "
+                    f"{sorted(FLOAT_ORDERS)}"
+                )
         if uses_ort_float_functions(model, self._options.float_functions):
             # what the functions compute, not an optimization: on every level
             from quanta.passes.manager import PassManager
@@ -275,6 +295,8 @@ class InferenceSession:
             # "auto" only where the twins are this host's ORT (AVX2 + FMA, no AVX-512F)
             modelled = onnxruntime_float_orders_modelled()
             orders = FLOAT_ORDERS if by_name else AUTO_FLOAT_ORDERS if modelled else frozenset()
+            if self._options.ort_float_orders is not None and (by_name or modelled):
+                orders = frozenset(self._options.ort_float_orders)
             threads = resolve_threads(self._options.intra_op_num_threads) if orders else None
             # "auto" and "ort": the Conv groups ORT fuses and its u8·s8 integer GEMMs as its
             # kernels compute them on this CPU (pairs of products saturate without VNNI:

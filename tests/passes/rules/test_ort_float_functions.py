@@ -679,6 +679,55 @@ def test_orders_choose_which_of_orts_float_orders_the_pass_takes():
     )
 
 
+@pytest.mark.parametrize("option", ["auto", "ort"])
+def test_session_ort_float_orders_without_conv_keeps_exact_sums_and_orts_integer_groups(option):
+    """Failure signature: ``SessionOptions.ort_float_orders`` without "conv" still runs the
+    Conv groups ORT leaves float as MlasConv (a TensorRT-style file stays at the float
+    Conv's cost), or drops ORT's other arithmetic with it (its saturating u8·s8 groups:
+    EfficientNet-Lite0's TensorRT-style file 42 output steps from ORT instead of 3), or the
+    native target's codes leave the reference target's. The file: an int8 group ORT fuses
+    (conv1, lone Q -> DQ pairs, 24 channels, K = 153) and one it leaves float (conv2, whose
+    codes are the graph output, 7 channels, K = 216), distinct scales, nonzero zero points."""
+    from quanta.quantize.ort_saturation import onnxruntime_float_orders_modelled, onnxruntime_int8_saturates
+
+    if option == "auto" and not onnxruntime_float_orders_modelled():
+        pytest.skip("'auto' takes no float order on this host: the option is moot")
+    proto = qdq_conv_proto(TensorProto.INT8).SerializeToString()
+
+    def session(orders, backend="native"):
+        so = SessionOptions(float_functions=option, ort_float_orders=orders, enable_profiling=True)
+        so.intra_op_num_threads = 2
+        return InferenceSession(proto, so, backend=backend)
+
+    mixed, full = session(frozenset({"matmul", "pool"})), session(None)
+    got = mixed.run(None, conv_feed())[0]
+    full.run(None, conv_feed())
+    ops = {
+        name: [st.op_type for st in s.profile_summary(top=1000).steps]
+        for name, s in (("mixed", mixed), ("full", full))
+    }
+    assert ops["full"].count("MlasConv") == 1 and ops["mixed"].count("MlasConv") == 0
+    if onnxruntime_int8_saturates():  # ORT's fused int8 group keeps its saturating pairs
+        assert "MlasQLinearConv" in ops["mixed"]
+    ref = session(frozenset({"matmul", "pool"}), backend="reference").run(None, conv_feed())[0]
+    np.testing.assert_array_equal(got, ref)
+    # the float group's exact sum, what float_functions="onnx" computes (conv1's 7-bit
+    # weights keep ORT's int16 pairs exact, so the fused group agrees too)
+    onnx_codes = InferenceSession(proto, SessionOptions(float_functions="onnx")).run(None, conv_feed())[0]
+    np.testing.assert_array_equal(got, onnx_codes)
+
+
+def test_session_rejects_an_unknown_ort_float_order():
+    """An unknown order is an error naming it and the known ones, on every file and host.
+    Incorrect: ``ort_float_orders={"gemm"}``; correct: ``{"matmul"}``."""
+    proto = qdq_conv_proto(TensorProto.INT8, producer="quanta").SerializeToString()
+    with pytest.raises(ValueError) as e:
+        InferenceSession(proto, SessionOptions(ort_float_orders=frozenset({"gemm", "conv"})))
+    assert str(e.value) == (
+        "SessionOptions.ort_float_orders: unknown orders ['gemm']; expected a subset of ['conv', 'matmul', 'pool']"
+    )
+
+
 def test_uint8_conv_group_that_onnxruntime_fuses_keeps_integer_arithmetic():
     """x and y uint8, int8 weights, int32 bias, the Conv's only use a QuantizeLinear: ORT
     runs QLinearConv, which quanta's exact integer path equals."""
