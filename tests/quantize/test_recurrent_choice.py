@@ -243,3 +243,22 @@ def test_a_candidate_that_does_not_run_keeps_the_layers_dynamic(tmp_path):
         choice.note()
         == "recurrent layers (eq. (30)): dynamic, not measured (float did not run: RuntimeError: no kernel for X)"
     )
+
+
+def test_an_lstm_inside_a_branch_is_measured_with_the_file(tmp_path):
+    from tests.quantize.test_bodies import lstm_if_model
+
+    src, dst = tmp_path / "lstm.onnx", tmp_path / "lstm.q.onnx"
+    onnx.save(lstm_if_model(), src)
+    rng = np.random.default_rng(2)
+    feeds = [
+        {"x": rng.standard_normal((6, 3, 1, 1)).astype(np.float32), "flag": np.array(True)} for _ in range(6)
+    ]
+    summary = quanta.quantize_static(src, dst, feeds, verbose=False, progress=False)
+    (note,) = _note(summary)
+    # the LSTM inside the branch is found and measured (the branch's Conv stays float in a
+    # body, so the float-LSTM file is exact); it measures above the bar and stays dynamic
+    assert note.startswith("recurrent layers (eq. (30)): dynamic: worst output SQNR on 3 held-out")
+    assert ("branch/then_branch/lstm", "LSTM") in summary.quantized
+    then_g = next(a.g for a in onnx.load(str(dst)).graph.node[0].attribute if a.name == "then_branch")
+    assert "DynamicQuantizeLSTM" in [n.op_type for n in then_g.node]
