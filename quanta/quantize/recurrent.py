@@ -331,10 +331,10 @@ def recurrent_float_reason(node: Node, model: Model, recipe: Recipe) -> str | No
     return lstm_float_reason(node, recipe)
 
 
-def has_recurrent(graph: Any, bodies: list[Any]) -> bool:
-    """Whether ``graph`` or one of the planned ``bodies`` (quantize.bodies.BodyScope) has an
-    ONNX LSTM or GRU node: eq. (30) has something to measure only then."""
-    graphs = [graph] + [s.model.graph for top in bodies for s in top.walk()]
+def has_recurrent(bodies: list[Any]) -> bool:
+    """Whether one of the planned ``bodies`` (quantize.bodies.BodyScope) has an ONNX LSTM
+    or GRU node (eq. (30) builds its candidates to see whether it is rewritten)."""
+    graphs = [s.model.graph for top in bodies for s in top.walk()]
     return any(n.op_type in _RECURRENT and n.domain in ("", "ai.onnx") for g in graphs for n in g.nodes)
 
 

@@ -846,7 +846,9 @@ def quantize_static(
     recurrent_choice = None
     if recipe.recurrent is RecurrentMode.AUTO:
         recurrent_mode = RecurrentMode.DYNAMIC
-        if has_recurrent(graph, bodies):
+        # a main-graph LSTM / GRU that quantize_lstms rewrites (eq. (26) and the GRU size bar
+        # keep others float without a candidate), or one inside a body
+        if any(x not in lstm_float for x in lstm_x) or has_recurrent(bodies):
             if not choice_feeds and reiterable(calibration_data):
                 choice_feeds = list(
                     iter_feeds(calibration_data, graph.inputs, preprocess=preprocess, limit=2 * FEEDS)
