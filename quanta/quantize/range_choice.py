@@ -148,8 +148,8 @@ def wide_decision(best8: float, feeds: int, eight: float | None, sixteen: float 
 
 #: eq. (30): the loss (dB of the worst float output's SQNR on the held-out calibration
 #: feeds) past which recurrent layers quantized per step stay float: they add at least 4x
-#: the error of the rest of the file. The zoo's LSTM files that measure fine lose 0.3-4.4 dB,
-#: beats_blstm 10.2 dB (benchmarks/results/2026-12-07e-zoo11d.md)
+#: the error of the rest of the file. The zoo's LSTM files under the bar that measure fine
+#: lose 0.3-4.4 dB, beats_blstm 10.2 dB (benchmarks/results/2026-12-07e-zoo11d.md)
 RECURRENT_LOSS_DB = 7.0
 #: eq. (30): a file whose worst output is at least this close to FP32 (dB) with the recurrent
 #: layers quantized keeps them quantized whatever the float file measures
