@@ -6,7 +6,7 @@
     quanta run MODEL --inputs DIR -o OUTDIR --engine ray [--workers N] [--address ADDR]
     quanta quantize IN -o OUT --calib DATA [--method ...] [--dynamic] [--per-channel|--per-tensor]
                    [--activation-type uint8|int8] [--weight-type int8|uint8|int4] [--exclude NODE...]
-                   [--recurrent dynamic|float] [--subgraphs quantize|float] [--recipe FILE]
+                   [--recurrent auto|dynamic|float] [--subgraphs quantize|float] [--recipe FILE]
                    [--engine inprocess|local|ray] [--workers N] [--shards S] [--address ADDR]
     quanta bench MODEL [--vs-ort] [--threads N] [--batch B] [--dim NAME=SIZE] [--feeds F.npz] [--warmup W] [--runs R]
                                           latency (median, p90), side by side with ONNX Runtime
@@ -558,8 +558,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--recurrent",
-        choices=["dynamic", "float"],
-        help="LSTMs: ONNX Runtime's DynamicQuantizeLSTM (default) or kept float",
+        choices=["auto", "dynamic", "float"],
+        help="LSTMs / GRUs: DynamicQuantizeLSTM / DynamicQuantizeGRU, kept float, or auto (default): "
+        "dynamic unless the file with them float measures closer to FP32 (docs/calibration.md eq. (30))",
     )
     s.add_argument(
         "--subgraphs",

@@ -23,6 +23,7 @@ tensor. A weight whose values are not finite, or whose range is degenerate (all 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import time
@@ -38,7 +39,7 @@ from quanta.ir.verify import Stage, verify
 from quanta.kernels.reference.quantize import quantize_linear
 from quanta.quantize.ort_saturation import file_note
 from quanta.quantize.qdq import TensorPlan, _weight_type, weight_float_reason
-from quanta.quantize.recipe import Recipe
+from quanta.quantize.recipe import Recipe, RecurrentMode
 from quanta.quantize.recurrent import LstmWeights, recurrent_float_reason, rewrite_gru, rewrite_lstm
 from quanta.quantize.static import (
     QuantizationSummary,
@@ -120,6 +121,8 @@ def quantize_dynamic(
     own); the summary says so."""
     t0 = time.perf_counter()
     recipe = _recipe_from(recipe, options)
+    if recipe.recurrent is RecurrentMode.AUTO:  # nothing to measure on: no calibration data
+        recipe = dataclasses.replace(recipe, recurrent=RecurrentMode.DYNAMIC)
     from quanta.quantize.prequantized import (
         guard_input,
         load_if_quantized,

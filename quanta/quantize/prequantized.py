@@ -35,7 +35,7 @@ import numpy as np
 import onnx
 
 from quanta.quantize.float_view import FloatView, derive_float_view, quantized_ops
-from quanta.quantize.recipe import Recipe, TensorOverride
+from quanta.quantize.recipe import Recipe, RecurrentMode, TensorOverride
 
 __all__ = [
     "file_overrides",
@@ -131,6 +131,9 @@ def prepare_prequantized(
         weight_rounding="nearest",
         bias_correction=False,
         pool_bias_correction=False,  # the file's biases, as its weights: no eq. (28) either
+        # the file's recurrent layers as quanta writes them, unmeasured (no eq. (30)): a file
+        # made with dynamic LSTMs keeps them, as it keeps its own 8-bit grids (no eq. (27))
+        recurrent=RecurrentMode.DYNAMIC if recipe.recurrent is RecurrentMode.AUTO else recipe.recurrent,
     )
     notes.append(
         "weights quantized again from their dequantized values (nearest rounding, no bias correction)"

@@ -48,13 +48,19 @@ __all__ = [
     "CAP_DB",
     "FEEDS",
     "MIN_FEEDS",
+    "RECURRENT_BAR_DB",
+    "RECURRENT_LOSS_DB",
     "WIDE_TRY_SQNR_DB",
     "RangeChoice",
+    "RecurrentChoice",
     "SplitObserver",
     "best_8bit_sqnr",
     "choose",
     "half_ranges",
     "mean_sqnr_db",
+    "measure_recurrent",
+    "output_sqnrs_db",
+    "recurrent_decision",
     "reiterable",
     "split_observers",
     "unsplit",
@@ -138,6 +144,99 @@ def wide_decision(best8: float, feeds: int, eight: float | None, sixteen: float 
     if sixteen >= eight + WIDE_MARGIN_DB:
         return True, head + measured + ", so this file has 16-bit activations"
     return False, head + measured + f", less than {WIDE_MARGIN_DB:.0f} dB better, so the 8-bit file is kept"
+
+
+#: eq. (30): the loss (dB of the worst float output's SQNR on the held-out calibration
+#: feeds) past which recurrent layers quantized per step stay float: they add at least 4x
+#: the error of the rest of the file. The zoo's LSTM files under the bar that measure fine
+#: lose 0.3-4.4 dB, beats_blstm 10.2 dB (benchmarks/results/2026-12-07e-zoo11d.md)
+RECURRENT_LOSS_DB = 7.0
+#: eq. (30): a file whose worst output is at least this close to FP32 (dB) with the recurrent
+#: layers quantized keeps them quantized whatever the float file measures
+RECURRENT_BAR_DB = 40.0
+
+
+@dataclass
+class RecurrentChoice:
+    """Eq. (30)'s measurement: the worst float output's SQNR (dB) on ``feeds`` held-out
+    calibration feeds with the LSTMs / GRUs quantized per step (``dynamic``) and float
+    (``float_``), and whether the file keeps them float; ``reason``: why nothing was
+    measured."""
+
+    keep_float: bool
+    dynamic: float | None = None
+    float_: float | None = None
+    feeds: int = 0
+    reason: str = ""
+
+    def note(self) -> str:
+        head = "recurrent layers (eq. (30)): "
+        if self.dynamic is None or self.float_ is None:
+            return head + f"dynamic, not measured ({self.reason})"
+        measured = (
+            f"worst output SQNR on {self.feeds} held-out calibration feed(s) {self.dynamic:.1f} dB "
+            f"with them dynamic, {self.float_:.1f} dB with them float"
+        )
+        if self.keep_float:
+            return head + f"float: {measured}"
+        return (
+            head
+            + f"dynamic: {measured} (float when it loses more than {RECURRENT_LOSS_DB:.0f} dB below {RECURRENT_BAR_DB:.0f} dB)"
+        )
+
+    def node_reason(self) -> str:
+        """Why eq. (30) keeps an LSTM / GRU float (the summary's reason for each node)."""
+        assert self.dynamic is not None and self.float_ is not None
+        return (
+            f"eq. (30): quantized per step, the recurrent layers take the worst output to "
+            f"{self.dynamic:.1f} dB SQNR against {self.float_:.1f} dB float on {self.feeds} held-out "
+            f"calibration feed(s) (a loss of more than {RECURRENT_LOSS_DB:.0f} dB, below {RECURRENT_BAR_DB:.0f} dB)"
+        )
+
+
+def recurrent_decision(dynamic: float, float_: float) -> bool:
+    """Eq. (30): keep the recurrent layers float, given the worst float output's SQNR (dB)
+    of the file with them dynamic and with them float."""
+    return dynamic < RECURRENT_BAR_DB and float_ - dynamic > RECURRENT_LOSS_DB
+
+
+def measure_recurrent(
+    reference: str,
+    dynamic: Any,
+    float_: Any,
+    feeds: Sequence[dict[str, np.ndarray]],
+    save: Callable[[Any, str], None],
+    outputs: Callable[[str, Sequence[dict[str, np.ndarray]]], list[list[np.ndarray]]],
+) -> RecurrentChoice:
+    """Eq. (30) on ``feeds``: the float model in the file ``reference``, the quantized
+    candidates ``dynamic`` and ``float_`` (models, written by ``save(model, path)`` and run
+    by ``outputs(path, feeds)``). A candidate that fails to run keeps the layers dynamic:
+    a measurement never makes quantization fail."""
+    if len(feeds) < MIN_FEEDS:
+        return RecurrentChoice(
+            False,
+            feeds=len(feeds),
+            reason=f"{len(feeds)} held-out calibration feed(s), fewer than {MIN_FEEDS}",
+        )
+    ref = outputs(reference, feeds)
+    worst: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="quanta-recurrent-") as tmp:
+        for name, model in (("dynamic", dynamic), ("float", float_)):
+            path = os.path.join(tmp, f"{name}.onnx")
+            try:
+                save(model, path)
+                scores = output_sqnrs_db(ref, outputs(path, feeds))
+            except Exception as e:
+                return RecurrentChoice(
+                    False, feeds=len(feeds), reason=f"{name} did not run: {type(e).__name__}: {e}"[:200]
+                )
+            if not scores:
+                return RecurrentChoice(
+                    False, feeds=len(feeds), reason="the model has no float output to measure"
+                )
+            worst[name] = min(scores)
+    d, f = worst["dynamic"], worst["float"]
+    return RecurrentChoice(recurrent_decision(d, f), d, f, len(feeds))
 
 
 @dataclass
@@ -226,13 +325,12 @@ def reiterable(data: Any) -> bool:
     return hasattr(data, "get_next") and hasattr(data, "rewind")
 
 
-def mean_sqnr_db(ref: Sequence[Sequence[np.ndarray]], got: Sequence[Sequence[np.ndarray]]) -> float | None:
-    """Eq. (24)'s score: per float output, SQNR over all feeds (capped at CAP_DB), then the
-    mean over outputs; None when no output is float.
+def output_sqnrs_db(ref: Sequence[Sequence[np.ndarray]], got: Sequence[Sequence[np.ndarray]]) -> list[float]:
+    """Per float output, SQNR over all feeds (dB, capped at ±CAP_DB): eq. (24)'s terms.
 
     >>> r = [[np.array([1.0, 2.0]), np.array([10.0, 0.0])]]
-    >>> round(mean_sqnr_db(r, [[np.array([1.0, 2.1]), np.array([10.0, 0.0])]]), 2)  # (26.99 + 100) / 2
-    63.49
+    >>> [round(v, 2) for v in output_sqnrs_db(r, [[np.array([1.0, 2.1]), np.array([10.0, 0.0])]])]
+    [26.99, 100.0]
     """
     n_out = min((len(r) for r in ref), default=0)
     scores = []
@@ -257,6 +355,18 @@ def mean_sqnr_db(ref: Sequence[Sequence[np.ndarray]], got: Sequence[Sequence[np.
             scores.append(-CAP_DB)
         else:
             scores.append(min(10.0 * math.log10(sig / noise), CAP_DB))
+    return scores
+
+
+def mean_sqnr_db(ref: Sequence[Sequence[np.ndarray]], got: Sequence[Sequence[np.ndarray]]) -> float | None:
+    """Eq. (24)'s score: per float output, SQNR over all feeds (capped at CAP_DB), then the
+    mean over outputs; None when no output is float.
+
+    >>> r = [[np.array([1.0, 2.0]), np.array([10.0, 0.0])]]
+    >>> round(mean_sqnr_db(r, [[np.array([1.0, 2.1]), np.array([10.0, 0.0])]]), 2)  # (26.99 + 100) / 2
+    63.49
+    """
+    scores = output_sqnrs_db(ref, got)
     return float(np.mean(scores)) if scores else None
 
 

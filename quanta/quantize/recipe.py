@@ -21,7 +21,8 @@ Defaults are the general-purpose settings most users should run:
   layer dequantizes), LayerNormalization, Gelu and Softmax's input stay float;
 - LSTMs run as ONNX Runtime's DynamicQuantizeLSTM and GRUs as quanta::DynamicQuantizeGRU
   (int8 weights, X and H quantized per step at run time; quanta.quantize.recurrent) in
-  both static and dynamic quantization.
+  both static and dynamic quantization; ``quantize_static`` keeps them float when they
+  lose more than RECURRENT_LOSS_DB at the outputs (docs/calibration.md eq. (30)).
 """
 
 from __future__ import annotations
@@ -86,6 +87,10 @@ class RecurrentMode(enum.Enum):
     #: per-step activations
     DYNAMIC = "dynamic"
     FLOAT = "float"  # left as they are
+    #: quantize_static: "dynamic" unless the file with them float is measured closer to
+    #: FP32 by more than RECURRENT_LOSS_DB on held-out calibration feeds (docs/calibration.md
+    #: eq. (30)); the file's recipe records "dynamic" or "float". quantize_dynamic: "dynamic"
+    AUTO = "auto"
 
 
 #: Ops quantized by default (issue 3's list). Views keep their input's type.
@@ -264,8 +269,8 @@ class Recipe:
     progress: bool = True
     # fail, writing nothing, when a smaller share of the MACs would run in integer
     min_integer_share: float | None = None
-    recurrent: RecurrentMode = RecurrentMode.DYNAMIC
-    # under recurrent "dynamic", a GRU becomes DynamicQuantizeGRU when one step of one
+    recurrent: RecurrentMode = RecurrentMode.AUTO
+    # under recurrent "dynamic" (or "auto"), a GRU becomes DynamicQuantizeGRU when one step of one
     # direction has at least this many multiply-adds, 3H·(I + H); a smaller GRU stays float:
     # its per-step quantization and integer product calls cost more than the int8 product
     # saves, in quanta and in ONNX Runtime's Loop body of the op (docs/kernels.md "Dynamic

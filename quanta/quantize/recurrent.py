@@ -18,8 +18,11 @@ ONNX Runtime has no such operator: the node names its overload and the file carr
 model-local ONNX function of that form (quantize/dq_gru_function.py), which ONNX Runtime
 inlines and runs; quanta runs the node on its kernel.
 
-``recipe.recurrent`` chooses: ``dynamic`` (the default) rewrites every LSTM and GRU that has
-an int8 form, ``float`` keeps them as they are.
+``recipe.recurrent`` chooses: ``dynamic`` rewrites every LSTM and GRU that has an int8
+form, ``float`` keeps them as they are, ``auto`` (the default) is ``dynamic`` in
+``quantize_dynamic`` and, in ``quantize_static``, ``dynamic`` unless the file with them
+float measures more than RECURRENT_LOSS_DB closer to FP32 at the outputs on held-out
+calibration feeds (docs/calibration.md eq. (30)).
 """
 
 from __future__ import annotations
@@ -39,9 +42,12 @@ from quanta.quantize.recipe import Recipe, RecurrentMode
 
 __all__ = [
     "MS_DOMAIN",
+    "RECURRENT_FLOAT_REASON",
     "SPREAD_LIMIT",
     "LstmWeights",
     "gru_float_reason",
+    "has_dynamic_recurrent",
+    "has_recurrent",
     "lstm_float_reason",
     "lstm_inputs",
     "quantize_lstms",
@@ -57,12 +63,16 @@ SPREAD_LIMIT = 0.5
 
 QUANTA_DOMAIN = "quanta"
 _RECURRENT = frozenset({"LSTM", "GRU"})
+_DYNAMIC_RECURRENT = frozenset({"DynamicQuantizeLSTM", "DynamicQuantizeGRU"})
+
+#: why an LSTM / GRU stays float under ``recurrent: float``
+RECURRENT_FLOAT_REASON = "the recipe keeps recurrent ops float (recurrent: float)"
 
 
 def lstm_float_reason(node: Node, recipe: Recipe) -> str | None:
     """Why an ONNX LSTM node stays float (no DynamicQuantizeLSTM form), or None."""
     if recipe.recurrent is RecurrentMode.FLOAT:
-        return "the recipe keeps recurrent ops float (recurrent: float)"
+        return RECURRENT_FLOAT_REASON
     if recipe.excludes(node):
         return "excluded by the recipe"
     x, w, r = node.input(0), node.input(1), node.input(2)
@@ -319,6 +329,34 @@ def recurrent_float_reason(node: Node, model: Model, recipe: Recipe) -> str | No
     if node.op_type == "GRU":
         return gru_float_reason(node, recipe, _model_opset(model))
     return lstm_float_reason(node, recipe)
+
+
+def has_recurrent(bodies: list[Any]) -> bool:
+    """Whether one of the planned ``bodies`` (quantize.bodies.BodyScope) has an ONNX LSTM
+    or GRU node (eq. (30) builds its candidates to see whether it is rewritten)."""
+    graphs = [s.model.graph for top in bodies for s in top.walk()]
+    return any(n.op_type in _RECURRENT and n.domain in ("", "ai.onnx") for g in graphs for n in g.nodes)
+
+
+def has_dynamic_recurrent(model: Model) -> bool:
+    """Whether the quantized ``model`` (its main graph or any body) has a
+    DynamicQuantizeLSTM / DynamicQuantizeGRU node."""
+    import onnx
+
+    from quanta.ir.onnx_io import to_proto
+
+    def walk(g: onnx.GraphProto) -> bool:
+        for n in g.node:
+            if n.op_type in _DYNAMIC_RECURRENT:
+                return True
+            for a in n.attribute:
+                if a.HasField("g") and walk(a.g):
+                    return True
+                if any(walk(sub) for sub in a.graphs):
+                    return True
+        return False
+
+    return walk(to_proto(model).graph)
 
 
 def lstm_inputs(model: Model, recipe: Recipe) -> list[str]:

@@ -80,6 +80,7 @@ from quanta.quantize.range_choice import (
     best_8bit_sqnr,
     choose,
     half_ranges,
+    measure_recurrent,
     reiterable,
     split_observers,
     too_few_feeds,
@@ -87,8 +88,15 @@ from quanta.quantize.range_choice import (
     wide_candidate,
     wide_decision,
 )
-from quanta.quantize.recipe import CalibrationMethod, Recipe, SubgraphMode
-from quanta.quantize.recurrent import lstm_inputs, quantize_lstms, spread_reasons
+from quanta.quantize.recipe import CalibrationMethod, Recipe, RecurrentMode, SubgraphMode
+from quanta.quantize.recurrent import (
+    RECURRENT_FLOAT_REASON,
+    has_dynamic_recurrent,
+    has_recurrent,
+    lstm_inputs,
+    quantize_lstms,
+    spread_reasons,
+)
 from quanta.runtime.coverage import lowered_coverage
 
 if TYPE_CHECKING:
@@ -831,6 +839,38 @@ def quantize_static(
         gain = channel_choice.scores.get("per_channel", 0.0) - channel_choice.scores.get("per_tensor", 0.0)
         if not channel_choice.scores or gain < PER_CHANNEL_MARGIN_DB:
             ranges = {**ranges, **per_tensor}
+    # eq. (30): LSTMs / GRUs quantized per step at run time against the same file with them
+    # float, at the outputs on the held-out calibration feeds (the odd ones, as eq. (24)).
+    # Both take the file's ranges: the recurrent layers take none (x and h are quantized
+    # per step at run time), so the two differ only in them.
+    recurrent_choice = None
+    if recipe.recurrent is RecurrentMode.AUTO:
+        recurrent_mode = RecurrentMode.DYNAMIC
+        # a main-graph LSTM / GRU that quantize_lstms rewrites (eq. (26) and the GRU size bar
+        # keep others float without a candidate), or one inside a body
+        if any(x not in lstm_float for x in lstm_x) or has_recurrent(bodies):
+            if not choice_feeds and reiterable(calibration_data):
+                choice_feeds = list(
+                    iter_feeds(calibration_data, graph.inputs, preprocess=preprocess, limit=2 * FEEDS)
+                )
+            rec = dataclasses.replace(recipe, recurrent=RecurrentMode.DYNAMIC)
+            dynamic = candidate(ranges)
+            if has_dynamic_recurrent(dynamic):
+                rec = dataclasses.replace(recipe, recurrent=RecurrentMode.FLOAT)
+                with tempfile.TemporaryDirectory(prefix="quanta-recurrent-") as tmp:
+                    reference = os.path.join(tmp, "float.onnx")
+                    save(model, reference, check=False)
+                    recurrent_choice = measure_recurrent(
+                        reference,
+                        dynamic,
+                        candidate(ranges),
+                        choice_feeds[1::2][:FEEDS],
+                        lambda m, path: save(m, path, check=False),
+                        run_file,
+                    )
+                if recurrent_choice.keep_float:
+                    recurrent_mode = RecurrentMode.FLOAT
+        recipe = dataclasses.replace(recipe, recurrent=recurrent_mode)  # the file records the choice
     # eq. (28) (quanta.quantize.pool_bias): the layers that read a global average pool,
     # measured on the float model as it is now and on the file once built
     pooled = pooled_layers(graph, plan) if recipe.pool_bias_correction else {}
@@ -848,6 +888,14 @@ def quantize_static(
         chosen = tuple(sorted(n for n in per_channel if n in ranges and ranges[n].axis is not None))
         recipe = dataclasses.replace(recipe, depthwise_input_per_channel=chosen)
     lstms = finish(model, plan, bodies, ranges, recipe, gptq if rounded else None)
+    if recurrent_choice is not None and recurrent_choice.keep_float:
+        # eq. (30)'s measurement, not the user's recipe, keeps them float
+        recurrent_reason = recurrent_choice.node_reason()
+        lstms = {k: recurrent_reason if r == RECURRENT_FLOAT_REASON else r for k, r in lstms.items()}
+        for scope in (s for top in bodies for s in top.walk()):
+            scope.lstms = {
+                k: recurrent_reason if r == RECURRENT_FLOAT_REASON else r for k, r in scope.lstms.items()
+            }
     model.metadata["quanta.recipe"] = recipe.to_json()
     model.producer_name = "quanta"
     report = lowered_coverage(model, shapes)
@@ -888,6 +936,8 @@ def quantize_static(
             f"per channel needs {PER_CHANNEL_MARGIN_DB} dB more){ort}"
         )
     summary.pool_bias = pool_bias
+    if recurrent_choice is not None:
+        summary.notes.append(recurrent_choice.note())
     note = file_note(model_output)
     if note:
         summary.notes.append(note)

@@ -179,11 +179,13 @@ def test_recipe_recurrent_float_keeps_lstm_float_with_reason(tmp_path):
 
 
 def test_recipe_recurrent_option_parses_and_round_trips():
-    assert Recipe().recurrent is RecurrentMode.DYNAMIC
+    assert Recipe().recurrent is RecurrentMode.AUTO  # eq. (30) measures, the file records its choice
     r = Recipe.from_dict({"recurrent": "FLOAT"})
     assert r.recurrent is RecurrentMode.FLOAT
     assert Recipe.from_dict(r.to_dict()).recurrent is RecurrentMode.FLOAT
-    with pytest.raises(RecipeError, match=r"recurrent: unknown mode 'int8'; expected one of dynamic, float"):
+    with pytest.raises(
+        RecipeError, match=r"recurrent: unknown mode 'int8'; expected one of dynamic, float, auto"
+    ):
         Recipe(recurrent="int8")
 
 
