@@ -1,4 +1,5 @@
-// Drivers of ort_spatial.h: ISA selection, thread chunks, the count table of the average.
+// Drivers of ort_spatial.h: ISA selection, thread chunks, the resize's row slots, the count
+// table of the average.
 #include "ort_spatial/ort_spatial.h"
 
 #include <algorithm>
@@ -27,12 +28,28 @@ void for_items(int num_threads, int64_t n, int64_t work_per_item, F&& f) {
 void ort_resize_linear(const float* x, float* y, int64_t planes, int64_t h, int64_t w, const ResizeTaps& t,
                        int num_threads, Isa isa) {
   const Kernels& k = kernels_for(isa);
-  const int64_t rows = planes * t.n_h;
-  for_items(num_threads, rows, 16 * t.n_w, [&](int64_t begin, int64_t end) {
+  const int64_t rows = planes * t.n_h, n_w = t.n_w;
+  for_items(num_threads, rows, 16 * n_w, [&](int64_t begin, int64_t end) {
+    // two slots of gathered input rows (c1, c2 each), keyed by plane · h + row
+    std::vector<float> buf(static_cast<size_t>(4 * n_w));
+    float* c1[2] = {buf.data(), buf.data() + 2 * n_w};
+    float* c2[2] = {buf.data() + n_w, buf.data() + 3 * n_w};
+    int64_t held[2] = {-1, -1};
+    // the slot holding input row `key`, gathered into the slot that does not hold `keep`
+    auto fetch = [&](int64_t key, int64_t keep) {
+      if (held[0] == key) return 0;
+      if (held[1] == key) return 1;
+      const int s = held[0] == keep ? 1 : 0;
+      k.resize_gather(x + key * w, t, c1[s], c2[s]);
+      held[s] = key;
+      return s;
+    };
     for (int64_t r = begin; r < end; ++r) {
       const int64_t p = r / t.n_h, i = r % t.n_h;
-      const float* plane = x + p * h * w;
-      k.resize_row(plane + int64_t{t.y1[i]} * w, plane + int64_t{t.y2[i]} * w, t.dy1[i], t.dy2[i], t, y + r * t.n_w);
+      const int64_t key1 = p * h + t.y1[i], key2 = p * h + t.y2[i];
+      const int s1 = fetch(key1, key2);
+      const int s2 = fetch(key2, key1);
+      k.resize_combine(c1[s1], c2[s1], c1[s2], c2[s2], t.dy1[i], t.dy2[i], t, y + r * n_w);
     }
   });
 }

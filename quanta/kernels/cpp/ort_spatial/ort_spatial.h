@@ -26,15 +26,20 @@
 //            the float32 product over the axes, in order, of each axis's positions inside
 //            the input, min(start + k, size) − max(start, 0) (exact small integers)
 //
-// Vectorisation without reordering: the resize computes 8 output columns of one row per
-// AVX2 step (vgatherdps for a, b, c, d); the average keeps 8 planes' window sums in 8
-// independent chains (every plane has the same windows), so each sum is still one
-// sequence in the contract's order and the chains overlap in the pipeline.
+// Vectorisation without reordering: the resize gathers the (RB1) columns of each input row
+// once (c1[j] = x[r, x1_j], c2[j] = x[r, x2_j]; AVX2: vgatherdps) into one of two row slots
+// (the output rows of a chunk read input rows in increasing order, y1 and y2 of a row being
+// the previous row's or the next), then runs (RB2)-(RB3) over contiguous rows, each
+// column its own sequence. The generic average keeps 8 planes' window sums in 8
+// independent chains (every plane has the same windows); the vector average sums each
+// window column once per output row and the columns per output, output by output in
+// vector lanes. Every sum stays one sequence in the contract's order.
 //
 // Threads: output rows (resize: plane × row) or blocks of 8 planes (average) are split
 // into chunks; an output is computed by the same instructions whichever thread runs it,
 // so the bytes do not depend on num_threads. Buffers are owned by the caller; the drivers
-// allocate only the per-call count table of the average.
+// allocate the average's count table per call and, per thread chunk, the resize's two
+// gathered row slots and the vector average's column sums.
 #pragma once
 
 #include <cstdint>
@@ -70,8 +75,11 @@ struct PoolGeometry {
 
 // Kernels of one ISA (ort_spatial_<isa>.cc).
 struct Kernels {
-  // (RB2)-(RB3) of one output row: r1 = input row y1_i, r2 = input row y2_i, y = n_w outputs.
-  void (*resize_row)(const float* r1, const float* r2, float dy1, float dy2, const ResizeTaps& t, float* y);
+  // (RB1)'s columns of one input row: c1[j] = row[x1_j], c2[j] = row[x2_j], j < n_w.
+  void (*resize_gather)(const float* row, const ResizeTaps& t, float* c1, float* c2);
+  // (RB2)-(RB3) of one output row (n_w outputs) from the gathered rows y1 (a1, b1) and y2 (a2, b2).
+  void (*resize_combine)(const float* a1, const float* b1, const float* a2, const float* b2, float dy1, float dy2,
+                         const ResizeTaps& t, float* y);
   // (AP-M3) of planes [p_begin, p_end) (consecutive, in_plane floats apart): m of every
   // output position, then (AP-M4) with count[o] (o the output position, row-major).
   void (*average_planes)(const float* x, float* y, const PoolGeometry& g, const float* count, int64_t p_begin,

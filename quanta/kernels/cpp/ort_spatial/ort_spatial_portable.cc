@@ -4,7 +4,7 @@
 namespace quanta {
 namespace ort_spatial {
 
-const Kernels kKernelsPortable = {resize_row_generic, average_planes_generic, average_planes_vector};
+const Kernels kKernelsPortable = {resize_gather_generic, resize_combine, average_planes_generic, average_planes_vector};
 
 }  // namespace ort_spatial
 }  // namespace quanta
