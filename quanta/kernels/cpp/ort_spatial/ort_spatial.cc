@@ -12,8 +12,7 @@ namespace quanta {
 namespace ort_spatial {
 namespace {
 
-// No AVX-512 variant: the resize row is bound by its gathers and the average by its
-// dependent adds (docs/kernels.md); an AVX-512 CPU runs the AVX2 kernels.
+// No AVX-512 variant (docs/kernels.md): an AVX-512 CPU runs the AVX2 kernels.
 const Kernels& kernels_for(Isa isa) { return isa == Isa::kPortable ? kKernelsPortable : kKernelsAvx2; }
 
 // Runs f(begin, end) over items [0, n), about `work_per_item` bytes each, in chunks.
