@@ -132,6 +132,7 @@ def _mlas_average_pool_specialized(sig: Specialization, **attrs: Any) -> Any:
     if shape is None or len(shape) < 3 or sig.dtypes[0] != F32 or 0 in shape or sig.out is None:
         return None
     d = len(shape) - 2
+    # the twin's defaults for strides and pads; an empty array of x's rank stands for x
     args = pool_args(
         np.empty((0,) * len(shape), F32), attrs["kernel_shape"], attrs.get("strides"), attrs.get("pads")
     )

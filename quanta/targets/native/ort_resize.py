@@ -9,6 +9,7 @@ input shape and attributes and cached; the kernel runs (RB2)-(RB3) per output ro
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -62,7 +63,7 @@ def resize_linear(
     x = np.ascontiguousarray(x, F32)
     h, w = x.shape[-2:]
     key = (h, w, scale_h, scale_w, n_h, n_w, mode)
-    build = lambda: resize_taps(h, w, scale_h, scale_w, n_h, n_w, mode)  # noqa: E731
+    build = functools.partial(resize_taps, h, w, scale_h, scale_w, n_h, n_w, mode)
     t = build() if taps is None else taps.get(key, build)
     return _native.ort_resize_linear_f32(x, *t, num_threads, out)
 
