@@ -1,7 +1,7 @@
 // Float32 kernels that reproduce two of ONNX Runtime's CPU spatial operators operation by
 // operation, for the float islands of files ORT's quantizer wrote (docs/float-ops.md):
 // quanta::OrtResizeLinear (ORT's bilinear Resize) and quanta::MlasAveragePool in MlasPool's
-// generic order.
+// vector and generic orders.
 //
 // ---------------------------------------------------------------------------------------
 // Contract (NumPy twins: kernels/reference/ort_resize.py, mlas_pool.py). Every float
@@ -19,17 +19,17 @@
 //   average  (AP-M2) the vector order of a 2-D pool: per window column, its rows summed
 //            from the first row's value (a row in the padding is −0), then the column sums
 //            from the first column's (a column in the padding is +0, every row of it)
-//            (AP-M3) the generic order: m = +0, then m = f32(m + x) over the window's positions inside the
-//            input, row-major (a padded position is skipped: the twin adds −0 there, which
-//            changes no sum that starts from +0)
+//            (AP-M3) the generic order: m = +0, then m = f32(m + x) over the window's
+//            positions inside the input, row-major (a padded position is skipped: the twin
+//            adds −0 there, which changes no sum that starts from +0)
 //            (AP-M4) y = f32(m / count): count = f32(Π kernel) (count_include_pad), else
 //            the float32 product over the axes, in order, of each axis's positions inside
 //            the input, min(start + k, size) − max(start, 0) (exact small integers)
 //
 // Vectorisation without reordering: the resize gathers the (RB1) columns of each input row
 // once (c1[j] = x[r, x1_j], c2[j] = x[r, x2_j]; AVX2: vgatherdps) into one of two row slots
-// (the output rows of a chunk read input rows in increasing order, y1 and y2 of a row being
-// the previous row's or the next), then runs (RB2)-(RB3) over contiguous rows, each
+// (y1 and y2 never decrease from one output row to the next, so two slots hold what the
+// next row reads or one of its rows), then runs (RB2)-(RB3) over contiguous rows, each
 // column its own sequence. The generic average keeps 8 planes' window sums in 8
 // independent chains (every plane has the same windows); the vector average sums each
 // window column once per output row and the columns per output, output by output in
