@@ -22,7 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from quanta.kernels import native_available
 from quanta.kernels.reference.mlas_matmul import mlas_matmul
-from quanta.kernels.reference.mlas_pool import GENERIC, mlas_average_pool, pool_kind
+from quanta.kernels.reference.mlas_pool import mlas_average_pool
 
 F32 = np.float32
 
@@ -170,41 +170,4 @@ def test_mlas_average_pool_twin_is_onnxruntime(case, threads, level):
     x2 = np.multiply(np.maximum(x, 0), x, dtype=F32)
     nchwc = level == "all" and len(k) == 2 and shape[1] % 8 == 0
     got = mlas_average_pool(x2, k, s, pads, cip, nchwc=nchwc)
-    np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
-
-
-# pools the native binder sums window by window (targets/native/mlas_pool.py: the generic
-# order with at least GATHER_MIN_TAPS taps), and ones it leaves to the twin's tap loop
-GATHERED = [
-    ((1, 16, 128, 128), (128, 128), (128, 128), (0, 0, 0, 0), 0),  # the selfie segmenter's last mean
-    ((1, 24, 17, 19), (17, 19), (17, 19), (0, 0, 0, 0), 0),
-    ((1, 3, 37, 41), (9, 7), (3, 5), (2, 1, 3, 2), 0),
-    ((1, 3, 37, 41), (9, 7), (3, 5), (2, 1, 3, 2), 1),
-    ((2, 7, 301), (37,), (5,), (3, 4), 0),
-    ((1, 3, 9, 10, 11), (3, 4, 5), (2, 3, 3), (1, 0, 2, 1, 2, 0), 0),  # 3-D: 60 taps
-    ((1, 7, 9, 11), (3, 3), (2, 2), (0, 0, 0, 0), 0),  # 9 taps: the tap loop
-    ((1, 480, 3, 80), (3, 2), (3, 2), (0, 0, 0, 0), 0),  # the vector kernel: the tap loop
-]
-
-
-@pytest.mark.parametrize("nchwc", [False, True])
-@pytest.mark.parametrize("case", GATHERED, ids=str)
-def test_native_average_pool_is_the_twin(case, nchwc):
-    """The native binder's window-by-window sum equals the twin bit for bit, −0 sums
-    included (a window of −0 only must end at +0, as MLAS's sum from +0 does)."""
-    from quanta.targets.native.mlas_pool import average_pool
-
-    shape, k, s, pads, cip = case
-    if nchwc and len(k) != 2:
-        pytest.skip("NCHWc blocks 2-D pools only")
-    rng = np.random.default_rng(len(shape) + sum(k))
-    x = (rng.standard_normal(shape) * np.exp(rng.uniform(-6, 6, shape))).astype(F32)
-    x = np.multiply(np.maximum(x, 0), x, dtype=F32)  # about half −0
-    x[:, :1] = F32(-0.0)  # a channel of −0 only
-    want = mlas_average_pool(x, k, s, pads, cip, nchwc=nchwc)
-    got = average_pool(x, k, s, pads, cip, nchwc=nchwc)
-    assert got is not None and want is not None
-    assert np.all(want[:, :1] == 0)
-    if pool_kind(x.shape[2:], k, s, pads, nchwc) == GENERIC:  # MLAS's sum from +0
-        assert not np.any(np.signbit(want[:, :1]))
     np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))

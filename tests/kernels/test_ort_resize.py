@@ -113,17 +113,3 @@ def test_resize_before_dynamic_quantization_in_an_ort_file_is_onnxruntime(mode, 
         got = sess.run(None, {"x": x})
         same = all(np.array_equal(np.asarray(g), w) for g, w in zip(got, want, strict=True))
         assert same is equal, f"float_functions={ff}"
-
-
-@pytest.mark.parametrize("mode", ORT_RESIZE_MODES)
-@pytest.mark.parametrize("case", [*CASES, ((2, 5, 31, 29), (2.0, 3.0))], ids=str)
-def test_native_resize_linear_is_the_twin(case, mode):
-    """The native binder's columns-first gathers give the twin's bytes."""
-    from quanta.targets.native.ort_resize import resize_linear
-
-    shape, (sh, sw) = case
-    x = _data(shape, 11)
-    n_h, n_w = int(F32(shape[2]) * F32(sh)), int(F32(shape[3]) * F32(sw))
-    want = ort_resize_linear(x, sh, sw, n_h, n_w, mode)
-    got = resize_linear(x, sh, sw, n_h, n_w, mode)
-    np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))

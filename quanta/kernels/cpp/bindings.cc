@@ -5,7 +5,8 @@
 #include "dispatch.h"
 
 namespace quanta {
-void register_index_ops(py::module_& m);  // bindings_index_ops.cc
+void register_index_ops(py::module_& m);    // bindings_index_ops.cc
+void register_ort_spatial(py::module_& m);  // bindings_ort_spatial.cc
 }  // namespace quanta
 
 PYBIND11_MODULE(_native, m) {
@@ -43,6 +44,7 @@ PYBIND11_MODULE(_native, m) {
   register_layout(m);
   register_float_ops(m);
   register_pool(m);
+  register_ort_spatial(m);
   register_recurrent(m);
   register_tensor_ops(m);
   register_sgemm(m);

@@ -1,53 +1,71 @@
 """Native quanta::OrtResizeLinear: ONNX Runtime's float32 bilinear Resize (reference/
-ort_resize.py, eqs. (RB1)-(RB3)). No C++ kernel: NumPy, in (RB3)'s operations and order,
-arranged for speed. The twin gathers the output rows first (x[y1], x[y2]: arrays of the
-output's height) and then the columns along the last axis, which is slow; this binder
-gathers the columns of the input's rows first (c1 = x[..., x1], c2 = x[..., x2]: the
-input's height by the output's width), then the rows of those (contiguous row copies), and
-runs (RB3)'s four products and three sums in place. Gathers move values and the
-arithmetic is the twin's, element by element, so the bytes are the twin's
-(tests/kernels/test_ort_resize.py): [1, 64, 96, 112] -> 2x, 1 thread, 16-19 ms against
-the twin's 40 ms and ONNX Runtime's 23-26 ms (load ~20)."""
+ort_resize.py, eqs. (RB1)-(RB3)) on the C++ kernel ``ort_resize_linear_f32``
+(kernels/cpp/ort_spatial/ort_spatial.h), bit for bit the twin.
+
+(RB1)'s taps of each axis are the twin's own (``ort_bilinear_axis``), computed once per
+input shape and attributes and cached; the kernel runs (RB2)-(RB3) per output row (AVX2:
+8 columns a step, the four input values gathered), threads over the output rows
+(tests/kernels/test_ort_spatial.py)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
 
 from quanta.ir.graph import Model, Node
 from quanta.ir.types import F32 as IR_F32
-from quanta.kernels.reference.ort_resize import QUANTA_DOMAIN, ort_bilinear_axis, ort_resize_args
-from quanta.targets.base import Kernel
+from quanta.kernels.reference.ort_resize import (
+    QUANTA_DOMAIN,
+    ort_bilinear_axis,
+    ort_resize_args,
+    ort_resize_geometry,
+)
+from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
+from quanta.targets.native._cache import BoundedCache
+from quanta.targets.native._specialize import guarded, step_threads
+
+try:
+    from quanta.kernels import _native
+except ImportError:  # the binders only run when the extension is built
+    _native = None
+
+__all__ = ["bind_ort_resize_linear", "resize_linear", "resize_taps"]
 
 F32 = np.float32
 
 
-def resize_linear(x: np.ndarray, scale_h: float, scale_w: float, n_h: int, n_w: int, mode: str) -> np.ndarray:
-    """The twin's ``ort_resize_linear``, bit for bit, columns gathered first (module
-    docstring)."""
-    x = np.asarray(x, F32)
-    h, w = x.shape[-2:]
+def resize_taps(h: int, w: int, scale_h: float, scale_w: float, n_h: int, n_w: int, mode: str) -> tuple:
+    """(RB1) of both axes as the kernel takes them: (y1, y2, dy1, dy2, x1, x2, dx1, dx2),
+    indices int32 and distances float32, from the twin's ``ort_bilinear_axis``."""
     y1, y2, dy1, dy2 = ort_bilinear_axis(h, n_h, scale_h, mode)
     x1, x2, dx1, dx2 = ort_bilinear_axis(w, n_w, scale_w, mode)
-    c1, c2 = np.take(x, x1, axis=-1), np.take(x, x2, axis=-1)
-    w22 = np.multiply(dx2[None, :], dy2[:, None], dtype=F32)
-    w12 = np.multiply(dx1[None, :], dy2[:, None], dtype=F32)
-    w21 = np.multiply(dx2[None, :], dy1[:, None], dtype=F32)
-    w11 = np.multiply(dx1[None, :], dy1[:, None], dtype=F32)
-    y = np.take(c1, y1, axis=-2)
-    np.multiply(y, w22, out=y)
-    t = np.take(c2, y1, axis=-2)
-    np.multiply(t, w12, out=t)
-    np.add(y, t, out=y)
-    np.take(c1, y2, axis=-2, out=t)
-    np.multiply(t, w21, out=t)
-    np.add(y, t, out=y)
-    np.take(c2, y2, axis=-2, out=t)
-    np.multiply(t, w11, out=t)
-    np.add(y, t, out=y)
-    return y
+    i32 = np.int32
+    return (y1.astype(i32), y2.astype(i32), dy1, dy2, x1.astype(i32), x2.astype(i32), dx1, dx2)
+
+
+def resize_linear(
+    x: np.ndarray,
+    scale_h: float,
+    scale_w: float,
+    n_h: int,
+    n_w: int,
+    mode: str,
+    *,
+    num_threads: int = 1,
+    out: np.ndarray | None = None,
+    taps: BoundedCache | None = None,
+) -> np.ndarray:
+    """The twin's ``ort_resize_linear`` of ``x [..., H, W]`` on the C++ kernel; ``taps``
+    caches (RB1) per geometry."""
+    x = np.ascontiguousarray(x, F32)
+    h, w = x.shape[-2:]
+    key = (h, w, scale_h, scale_w, n_h, n_w, mode)
+    build = functools.partial(resize_taps, h, w, scale_h, scale_w, n_h, n_w, mode)
+    t = build() if taps is None else taps.get(key, build)
+    return _native.ort_resize_linear_f32(x, *t, num_threads, out)
 
 
 def _ort_resize_linear(
@@ -55,24 +73,52 @@ def _ort_resize_linear(
     x: Any,
     *,
     out: np.ndarray | None = None,
+    taps: BoundedCache,
     scales: list[float],
     sizes: list[int],
     coordinate_transformation_mode: str = "half_pixel",
     **attrs: Any,
 ) -> np.ndarray:
-    del ctx, attrs  # unused
-    y = resize_linear(*ort_resize_args(x, scales, sizes, coordinate_transformation_mode))
-    if out is None:
-        return y
-    np.copyto(out, y)
-    return out
+    del attrs  # unused
+    threads = max(1, int(getattr(ctx, "num_threads", 1)))
+    args = ort_resize_args(x, scales, sizes, coordinate_transformation_mode)
+    return resize_linear(*args, num_threads=threads, out=out, taps=taps)
+
+
+def _ort_resize_linear_specialized(sig: Specialization, **attrs: Any) -> Any:
+    """One float32 x shape: (RB1)'s taps computed here, once, and each run one
+    ``ort_resize_linear_f32`` call into the planned output, which a native program
+    records. None: the generic call."""
+    shape = sig.shapes[0]
+    if shape is None or len(shape) < 2 or sig.dtypes[0] != F32 or 0 in shape or sig.out is None:
+        return None
+    mode = attrs.get("coordinate_transformation_mode", "half_pixel")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    s_h, s_w, n_h, n_w = ort_resize_geometry(tuple(shape), attrs["scales"], attrs["sizes"])
+    t = resize_taps(shape[-2], shape[-1], s_h, s_w, n_h, n_w, mode)
+    threads, out = step_threads(sig), sig.out
+    kernel = _native.ort_resize_linear_f32
+
+    def run(x: np.ndarray, *rest: Any) -> np.ndarray:
+        return kernel(x, *t, threads, out)
+
+    return guarded(run, _ort_resize_linear, attrs, out, reads=1, recordable=True)
 
 
 @register_binder("OrtResizeLinear", QUANTA_DOMAIN)
 def bind_ort_resize_linear(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """quanta::OrtResizeLinear on float32: :func:`resize_linear` (module docstring)."""
     del model  # unused
+    if _native is None or not hasattr(_native, "ort_resize_linear_f32"):
+        return None, "the native extension is not built with ort_resize_linear_f32"
     x = node.input(0)
     if x is not None and x.type is not None and x.type.elem is not None and x.type.elem != IR_F32:
         return None, f"native OrtResizeLinear takes float32, got {x.type.elem}"
-    return Kernel(_ort_resize_linear, "native", "numpy:ort_resize_linear", out=True), ""
+    kernel = Kernel(
+        _ort_resize_linear,
+        "native",
+        "native:ort_resize_linear_f32",
+        params={"taps": BoundedCache()},
+        out=True,
+    )
+    return kernel, ""
