@@ -568,7 +568,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--weight-rounding",
-        choices=["gptq", "gptq_cd", "gptaq", "nearest"],
+        choices=["gptq", "gptq_cd", "gptaq", "brecq", "nearest"],
         help="weights: GPTQ second-order rounding on the calibration data (default), GPTQ refined "
         "by coordinate descent on the same objective (gptq_cd), GPTQ then each layer fitted for "
         "the FP32 output from its quantized input (gptaq), or each to nearest",
