@@ -1,5 +1,5 @@
 """Block-wise learned weight rounding (``weight_rounding="brecq"``; docs/debugger.md eqs.
-(12o)-(12s)).
+(12p)-(12t)).
 
 GPTQ (eq. (12)) and GPTAQ (eq. (12g)) choose one layer's integers at a time. In an
 inverted-residual block (expand 1x1 -> depthwise 3x3 -> project 1x1, + the block input)
@@ -9,10 +9,10 @@ block together against the FP32 block output, from the block input the quantized
 before it produces, with AdaRound's soft rounding variable (Nagel et al., 2020) per
 weight::
 
-    h(V)   = clip(σ(V)·(ζ − γ) + γ, 0, 1)                 ζ = 1.1, γ = −0.1      (12o)
-    Ŵ(V)   = s · clip(⌊W/s⌋ + h(V), qmin, qmax)                                   (12p)
+    h(V)   = clip(σ(V)·(ζ − γ) + γ, 0, 1)                 ζ = 1.1, γ = −0.1      (12p)
+    Ŵ(V)   = s · clip(⌊W/s⌋ + h(V), qmin, qmax)                                   (12q)
     L(V)   = mean_{n,y,x} Σ_c (f(x_q; Ŵ(V)) − f_fp(x_fp))²
-             + λ Σ_w (1 − |2 h(V) − 1|^β)                                          (12q)
+             + λ Σ_w (1 − |2 h(V) − 1|^β)                                          (12r)
 
 minimised by Adam over V, with β annealed from 20 to 2 after a warm-up without the
 regularizer (which pushes every h to 0 or 1). The integers are ⌊W/s⌋ + [V ≥ 0],
@@ -23,7 +23,7 @@ QDrop (Wei et al., 2022) replaces each element of a fake-quantized activation by
 float value with probability ``drop`` (a fresh mask every step)::
 
     x̃ = x                                           with probability p
-    x̃ = (clamp(round(x/s) + z, lo, hi) − z)·s        otherwise                    (12r)
+    x̃ = (clamp(round(x/s) + z, lo, hi) − z)·s        otherwise                    (12s)
 
 The block's data are random spatial patches of its input maps (a convolution is local;
 the target is the FP32 block run on the same patch, so both sides see the same zero
@@ -31,7 +31,7 @@ padding at the patch's border), drawn from the even-numbered calibration images.
 
 A block keeps its learned integers only where they beat the integers it started from
 (GPTQ's) on the odd-numbered calibration images, whole maps, by the first term of
-(12q) (eq. (12s), the held-out check of (12c) per block). The blocks are solved in graph
+(12r) (eq. (12t), the held-out check of (12c) per block). The blocks are solved in graph
 order; a block's input in the quantized model is propagated by this module's own block
 interpreter with the integers already chosen (fake quantization in float32: the file's
 integer arithmetic up to float rounding), its FP32 input by the same interpreter with
@@ -41,7 +41,8 @@ Blocks: the graph is cut where a single tensor carries everything later nodes re
 residual block is cut at its Add, the block input is alive until then); consecutive
 pieces form a block until it ends in a residual Add, in a Conv with no activation after
 it (the project layer), or holds three weighted layers. The interpreter runs Conv (2-D,
-no dilation), Clip, Relu, Add, Sub, Mul, Identity and the activations' Q/DQ; at the first
+no dilation), Clip, Relu, Add, Sub, Mul, Div, Sigmoid, HardSigmoid, HardSwish,
+GlobalAveragePool, Identity and the activations' Q/DQ; at the first
 piece with another operator the pass stops, and the rest keeps GPTQ's integers.
 
 Deterministic: fixed seeds (one generator per block), one BLAS thread, float32 math in a
@@ -62,21 +63,34 @@ if TYPE_CHECKING:
     from quanta.quantize.qdq import QdqPlan, TensorPlan
     from quanta.quantize.recipe import Recipe
 
-__all__ = ["BlockOptions", "Block", "partition_blocks", "reconstruct_blocks", "learn_block_rounding"]
+__all__ = ["Block", "BlockOptions", "learn_block_rounding", "partition_blocks", "reconstruct_blocks"]
 
-#: eq. (12o)'s stretch of the sigmoid (AdaRound): h reaches 0 and 1 at finite V
+#: eq. (12p)'s stretch of the sigmoid (AdaRound): h reaches 0 and 1 at finite V
 ZETA, GAMMA = 1.1, -0.1
 #: the operators the block interpreter runs (besides the activations' Q/DQ)
-FLOAT_OPS = ("Conv", "Clip", "Relu", "Add", "Sub", "Mul", "Identity")
+FLOAT_OPS = (
+    "Conv",
+    "Clip",
+    "Relu",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Sigmoid",
+    "HardSigmoid",
+    "HardSwish",
+    "GlobalAveragePool",
+    "Identity",
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class BlockOptions:
-    """Eq. (12q)'s optimisation. ``iterations`` Adam steps per block on ``batch`` patches
+    """Eq. (12r)'s optimisation. ``iterations`` Adam steps per block on ``batch`` patches
     of side ``patch`` (input pixels) each, learning rate ``lr``, regularizer weight
     ``reg`` (λ), no regularizer for the first ``warmup`` share of the steps, then β from
     ``beta[0]`` to ``beta[1]``; ``drop``: QDrop's probability of keeping an activation
-    element float (eq. (12r); 0: every activation quantized); ``seed``: the patches' and
+    element float (eq. (12s); 0: every activation quantized); ``seed``: the patches' and
     masks' generator."""
 
     iterations: int = 400
@@ -175,7 +189,7 @@ def _conv_geometry(node: Node, w: np.ndarray) -> tuple[tuple[int, int], tuple[in
 def _conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, node: Node) -> np.ndarray:
     """Conv 2-D (ONNX semantics, zero padding), as kh·kw tap products."""
     (sh, sw), (pt, pl, pb, pr), g = _conv_geometry(node, w)
-    n, c, h, wd = x.shape
+    n, _, h, wd = x.shape
     o, cg, kh, kw = w.shape
     og = o // g
     xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr))) if pt or pl or pb or pr else x
@@ -265,7 +279,7 @@ def _broadcast_back(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 class _Run:
     """One forward run of a block: ``mode`` "fp" (Q/DQ as identity, the float graph's
     weights and biases) or "q" (fake quantization, ``weights`` for the learned Convs, the
-    clone's constants otherwise); ``rng``: QDrop's masks (eq. (12r)), None for none."""
+    clone's constants otherwise); ``rng``: QDrop's masks (eq. (12s)), None for none."""
 
     def __init__(
         self, block: Block, mode: str, weights: dict[int, np.ndarray], rng: Any, drop: float
@@ -299,7 +313,7 @@ class _Run:
             keep = None
             if self.rng is not None and self.drop > 0:
                 keep = self.rng.random(x.shape, dtype=np.float32) < self.drop
-                q = np.where(keep, x / s + z, q)  # DQ gives x back (eq. (12r))
+                q = np.where(keep, x / s + z, q)  # DQ gives x back (eq. (12s))
             self.tape.append((node, (s, inside, keep)))
             return q.astype(np.float32)
         if op == "DequantizeLinear":
@@ -334,11 +348,31 @@ class _Run:
                 )
             self.tape.append((node, (x >= lo) & (x <= hi)))
             return np.clip(x, lo, hi).astype(np.float32)
-        if op in ("Add", "Sub", "Mul"):
+        if op in ("Add", "Sub", "Mul", "Div"):
             a, b = args[0], args[1]
             self.tape.append((node, (a, b)))
-            out = a + b if op == "Add" else (a - b if op == "Sub" else a * b)
+            out = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}[op](a, b)
             return out.astype(np.float32)
+        if op == "Sigmoid":
+            y = (1.0 / (1.0 + np.exp(-args[0]))).astype(np.float32)
+            self.tape.append((node, y * (1 - y)))
+            return y
+        if op in ("HardSigmoid", "HardSwish"):
+            x = args[0]
+            alpha = float(node.attrs.get("alpha", 0.2)) if op == "HardSigmoid" else 1.0 / 6
+            beta = float(node.attrs.get("beta", 0.5)) if op == "HardSigmoid" else 0.5
+            t = alpha * x + beta
+            inside = (t > 0) & (t < 1)
+            hs = np.clip(t, 0.0, 1.0).astype(np.float32)
+            if op == "HardSigmoid":
+                self.tape.append((node, alpha * inside))
+                return hs
+            self.tape.append((node, hs + x * alpha * inside))
+            return (x * hs).astype(np.float32)
+        if op == "GlobalAveragePool":
+            x = args[0]
+            self.tape.append((node, x.shape))
+            return x.mean(axis=tuple(range(2, x.ndim)), keepdims=True, dtype=np.float32)
         if op == "Identity":
             self.tape.append((node, None))
             return args[0]
@@ -372,12 +406,19 @@ class _Run:
                     dws[id(node)] = dw
                 if dx is not None:
                     outs.append((ins[0], dx))
-            elif op in ("Clip", "Relu"):
+            elif op in ("Clip", "Relu", "Sigmoid", "HardSigmoid", "HardSwish"):
                 outs.append((ins[0], g * saved))
-            elif op in ("Add", "Sub", "Mul"):
+            elif op == "GlobalAveragePool":
+                spatial = int(np.prod(saved[2:]))
+                outs.append((ins[0], np.broadcast_to(g / spatial, saved).astype(np.float32)))
+            elif op in ("Add", "Sub", "Mul", "Div"):
                 a, b = saved
-                ga = g if op != "Mul" else g * b
-                gb = g if op == "Add" else (-g if op == "Sub" else g * a)
+                if op in ("Add", "Sub"):
+                    ga, gb = g, (g if op == "Add" else -g)
+                elif op == "Mul":
+                    ga, gb = g * b, g * a
+                else:
+                    ga, gb = g / b, -g * a / (b * b)
                 outs.append((ins[0], _broadcast_back(ga, a.shape)))
                 outs.append((ins[1], _broadcast_back(gb, b.shape)))
             for v, gv in outs:
@@ -396,16 +437,16 @@ def run_block(
 
 
 def _rec_error(y: np.ndarray, t: np.ndarray) -> float:
-    """Eq. (12q)'s first term: the squared error summed over channels, mean over the rest."""
+    """Eq. (12r)'s first term: the squared error summed over channels, mean over the rest."""
     d = (y - t).astype(np.float64)
     return float((d * d).sum() / (d.size / d.shape[1]))
 
 
-# --- eq. (12q) ----------------------------------------------------------------------------
+# --- eq. (12r) ----------------------------------------------------------------------------
 
 
 def _h(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Eq. (12o): h(V) and dh/dV."""
+    """Eq. (12p): h(V) and dh/dV."""
     sig = 1.0 / (1.0 + np.exp(-v))
     raw = sig * (ZETA - GAMMA) + GAMMA
     h = np.clip(raw, 0.0, 1.0)
@@ -428,8 +469,8 @@ def learn_block_rounding(
     options: BlockOptions,
     seed: int,
 ) -> tuple[dict[int, np.ndarray], float, float]:
-    """Eqs. (12q)-(12s) for one block: the integers of each learned Conv (by clone node id),
-    and the held-out errors (12s) of the ``start`` integers and of the learned ones. The
+    """Eqs. (12r)-(12t) for one block: the integers of each learned Conv (by clone node id),
+    and the held-out errors (12t) of the ``start`` integers and of the learned ones. The
     even-numbered samples of ``x_q`` / ``x_fp`` (the block input in the quantized and the
     FP32 model) train, the odd-numbered ones judge; the result is ``start`` where it wins."""
     rng = np.random.default_rng([options.seed, seed])
@@ -551,7 +592,7 @@ def reconstruct_blocks(
     options: BlockOptions | None = None,
     log: Callable[[str], None] | None = None,
 ) -> int:
-    """Eqs. (12o)-(12s) for the blocks of ``model`` (after resolve_params, GPTQ and bias
+    """Eqs. (12p)-(12t) for the blocks of ``model`` (after resolve_params, GPTQ and bias
     correction, before insert_qdq): each learned Conv's integers go into
     ``TensorPlan.codes``. ``feeds()`` iterates the calibration feeds (complete). Returns
     the number of blocks whose learned integers were kept."""

@@ -249,7 +249,7 @@ class Recipe:
     # for the FP32 layer output from the inputs the quantized layers before it produce
     # (quanta.quantize.asymmetric); "brecq": GPTQ, then the integers of each block of Convs
     # learned together against the FP32 block output (quanta.quantize.blocks, eqs.
-    # (12o)-(12s)); "nearest": round each weight on its own
+    # (12p)-(12t)); "nearest": round each weight on its own
     weight_rounding: str = "gptq"
     # SmoothQuant's alpha: balance the activation channels of MatMul/Gemm inputs whose
     # channel maxima spread (quanta.quantize.smooth, docs/debugger.md eq. (13)); None: off

@@ -730,7 +730,7 @@ def quantize_static(
             from quanta.calibrate.runner import with_defaults
             from quanta.quantize.blocks import reconstruct_blocks
 
-            # eqs. (12o)-(12s): each block's integers learned against its FP32 output
+            # eqs. (12p)-(12t): each block's integers learned against its FP32 output
             def block_feeds():
                 for feed in iter_feeds(
                     calibration_data, graph.inputs, preprocess=preprocess, limit=recipe.calibration_samples

@@ -1,4 +1,4 @@
-"""Block-wise learned rounding (quanta.quantize.blocks, docs/debugger.md eqs. (12o)-(12s))
+"""Block-wise learned rounding (quanta.quantize.blocks, docs/debugger.md eqs. (12p)-(12t))
 on inverted-residual blocks built by code."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import quanta
-from quanta.ir.graph import Node, Value
+from quanta.ir.graph import Node
 from quanta.quantize.blocks import (
     Block,
     BlockOptions,
@@ -149,7 +149,7 @@ def _nearest(block: Block) -> dict[int, np.ndarray]:
 
 
 def test_learned_rounding_lowers_the_held_out_block_error_and_stays_on_the_grid(tmp_path):
-    """Eqs. (12o)-(12s) on the inverted-residual block: against nearest rounding of the same
+    """Eqs. (12p)-(12t) on the inverted-residual block: against nearest rounding of the same
     weights, the learned integers err less on the odd-numbered (held-out) samples, each is
     ⌊W/s⌋ or ⌊W/s⌋ + 1 inside [qmin, qmax], and the same call gives the same integers."""
     model = _inverted_residual()
@@ -178,7 +178,7 @@ def test_learned_rounding_lowers_the_held_out_block_error_and_stays_on_the_grid(
 
 
 def test_a_block_keeps_its_start_where_learning_does_not_win_held_out(tmp_path):
-    """Eq. (12s): with no steps the learned integers are AdaRound's start, nearest rounding
+    """Eq. (12t): with no steps the learned integers are AdaRound's start, nearest rounding
     up to ties; starting from integers that already are nearest, the block keeps them (the
     start object itself)."""
     path = tmp_path / "m.onnx"
