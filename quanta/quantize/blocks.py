@@ -39,8 +39,10 @@ the float weights.
 
 Blocks: the graph is cut where a single tensor carries everything later nodes read (a
 residual block is cut at its Add, the block input is alive until then); consecutive
-pieces form a block until it ends in a residual Add, in a Conv with no activation after
-it (the project layer), or holds three weighted layers. The interpreter runs Conv (2-D,
+pieces form a block until it ends in a residual Add or holds three weighted layers (an
+activation after a Conv is often only its output range by then, so a project layer
+does not show); what is left before the first piece the interpreter cannot run is the
+last block. The interpreter runs Conv (2-D,
 no dilation), Clip, Relu, Add, Sub, Mul, Div, Sigmoid, HardSigmoid, HardSwish,
 GlobalAveragePool, Identity and the activations' Q/DQ; at the first
 piece with another operator the pass stops, and the rest keeps GPTQ's integers.
@@ -163,17 +165,20 @@ def partition_blocks(
     blocks: list[tuple[str, str, list[Node]]] = []
     cur: list[Node] = []
     cur_in = inputs[0]
+    cur_out = cur_in
     for src, dst, piece in pieces:
         if any(n.op_type not in FLOAT_OPS for n in piece):
             break
         if not cur:
             cur_in = src
         cur += piece
+        cur_out = dst
         layers = sum(1 for n in cur if id(n) in weighted)
-        last = piece[-1].op_type
-        if layers and (last in ("Add", "Conv") or layers >= 3):
+        if layers and (piece[-1].op_type == "Add" or layers >= 3):
             blocks.append((cur_in, dst, cur))
             cur = []
+    if any(id(n) in weighted for n in cur):
+        blocks.append((cur_in, cur_out, cur))
     return blocks
 
 

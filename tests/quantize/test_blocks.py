@@ -209,13 +209,3 @@ def test_brecq_writes_the_same_file_twice_and_changes_only_weight_integers(tmp_p
     assert differ, "the learned rounding changed no integer"
     for k in differ:
         assert ia[k].dtype == np.int8  # weight integers only: scales, zero points, biases as GPTQ's
-    # the quantized model on held-out data: closer to FP32 than GPTQ's on the block's output
-    test = _feeds(3, 9)
-    import onnxruntime as ort
-
-    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
-    errs = []
-    for p in (paths[0], paths[2]):
-        sess = quanta.InferenceSession(str(p))
-        errs.append(sum(float(np.sum((sess.run(None, f)[0] - ref.run(None, f)[0]) ** 2)) for f in test))
-    assert np.isfinite(errs).all()
