@@ -93,7 +93,9 @@ class BlockOptions:
     ``reg`` (λ), no regularizer for the first ``warmup`` share of the steps, then β from
     ``beta[0]`` to ``beta[1]``; ``drop``: QDrop's probability of keeping an activation
     element float (eq. (12s); 0: every activation quantized); ``seed``: the patches' and
-    masks' generator."""
+    masks' generator; ``init``: "float" starts at h = the fractional part of W/s
+    (AdaRound), "start" moves that h just across 0.5 to the side of the integers the block
+    starts from (GPTQ's) where they are ⌊W/s⌋ or ⌊W/s⌋ + 1."""
 
     iterations: int = 400
     batch: int = 8
@@ -104,6 +106,7 @@ class BlockOptions:
     beta: tuple[float, float] = (20.0, 2.0)
     drop: float = 0.5
     seed: int = 0
+    init: str = "float"
 
 
 @dataclasses.dataclass
@@ -259,7 +262,9 @@ def _conv_backward(
 def _qparams(node: Node, rank: int) -> tuple[np.ndarray, np.ndarray, int, int]:
     """Scale and zero point of a Q/DQ node shaped to broadcast over a rank-``rank`` tensor
     (per-tensor, or along ``axis``), and the storage's range."""
-    s = np.asarray(node.inputs[1].const, np.float32)
+    s_v = node.inputs[1]
+    assert s_v is not None
+    s = np.asarray(s_v.const, np.float32)
     z_v = node.inputs[2] if len(node.inputs) > 2 else None
     z = np.zeros((), np.uint8) if z_v is None else np.asarray(z_v.const)
     info = np.iinfo(z.dtype)
@@ -339,20 +344,22 @@ class _Run:
             return _conv(args[0], w, b, node)
         if op in ("Clip", "Relu"):
             x = args[0]
-            lo, hi = -np.inf, np.inf
+            c_lo, c_hi = -np.inf, np.inf
             if op == "Relu":
-                lo = 0.0
+                c_lo = 0.0
             else:
-                lo = (
+                c_lo = (
                     float(args[1])
                     if len(args) > 1 and args[1] is not None
-                    else node.attrs.get("min", -np.inf)
+                    else float(node.attrs.get("min", -np.inf))
                 )
-                hi = (
-                    float(args[2]) if len(args) > 2 and args[2] is not None else node.attrs.get("max", np.inf)
+                c_hi = (
+                    float(args[2])
+                    if len(args) > 2 and args[2] is not None
+                    else float(node.attrs.get("max", np.inf))
                 )
-            self.tape.append((node, (x >= lo) & (x <= hi)))
-            return np.clip(x, lo, hi).astype(np.float32)
+            self.tape.append((node, (x >= c_lo) & (x <= c_hi)))
+            return np.clip(x, c_lo, c_hi).astype(np.float32)
         if op in ("Add", "Sub", "Mul", "Div"):
             a, b = args[0], args[1]
             self.tape.append((node, (a, b)))
@@ -459,9 +466,14 @@ def _h(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return h.astype(np.float32), dh.astype(np.float32)
 
 
-def _init_v(w: _Weight) -> np.ndarray:
-    """V with h(V) = W/s − ⌊W/s⌋ (AdaRound's start: Ŵ(V) = W inside the grid)."""
+def _init_v(w: _Weight, codes: np.ndarray | None = None) -> np.ndarray:
+    """V with h(V) = W/s − ⌊W/s⌋ (AdaRound's start: Ŵ(V) = W inside the grid); with
+    ``codes``, h moved to 0.51 / 0.49 where it lies on the other side of 0.5 than they."""
     rest = np.clip(w.w / w.scale - w.floor, 0.0, 1.0)
+    if codes is not None:
+        up = codes == w.floor + 1
+        down = codes == w.floor
+        rest = np.where(up, np.maximum(rest, 0.51), np.where(down, np.minimum(rest, 0.49), rest))
     sig = np.clip((rest - GAMMA) / (ZETA - GAMMA), 1e-6, 1 - 1e-6)
     return np.log(sig / (1 - sig)).astype(np.float32)
 
@@ -482,7 +494,7 @@ def learn_block_rounding(
     train = np.arange(0, len(x_q), 2)
     judge = np.arange(1, len(x_q), 2) if len(x_q) > 1 else train
     ws = block.weights
-    vs = {k: _init_v(w) for k, w in ws.items()}
+    vs = {k: _init_v(w, start[k] if options.init == "start" else None) for k, w in ws.items()}
     floors = {k: w.floor for k, w in ws.items()}
     m = {k: np.zeros_like(v) for k, v in vs.items()}
     s2 = {k: np.zeros_like(v) for k, v in vs.items()}
@@ -544,6 +556,7 @@ def learn_block_rounding(
 def _weights(model: Model, plan: QdqPlan, recipe: Recipe) -> dict[int, tuple[TensorPlan, int, int]]:
     """The float graph's Convs whose weight integers were chosen (``TensorPlan.codes``), with
     per-output-channel (axis 0) or per-tensor symmetric int scales, by node id."""
+    from quanta.ir.types import IntType
     from quanta.quantize.params import quant_range
     from quanta.quantize.qdq import seven_bit
 
@@ -564,6 +577,8 @@ def _weights(model: Model, plan: QdqPlan, recipe: Recipe) -> dict[int, tuple[Ten
         if np.asarray(w_v.const).ndim != 4 or (q.axis not in (None, 0)):
             continue
         if any(int(d_) != 1 for d_ in d.node.attrs.get("dilations", [1, 1])):
+            continue
+        if not isinstance(q.storage, IntType):
             continue
         qmin, qmax = quant_range(q.storage, symmetric=True, reduce_range=seven_bit(t, recipe))
         out[id(d.node)] = (t, qmin, qmax)
@@ -624,11 +639,12 @@ def reconstruct_blocks(
             break
         float_params = {}
         for k, fp in float_conv.items():
+            w_v = fp.inputs[1]
             b_v = fp.inputs[2] if len(fp.inputs) > 2 else None
-            if not fp.inputs[1].is_const or (b_v is not None and not b_v.is_const):
+            if w_v is None or not w_v.is_const or (b_v is not None and not b_v.is_const):
                 break
             b = None if b_v is None else np.asarray(b_v.const, np.float32).copy()
-            float_params[k] = (np.asarray(fp.inputs[1].const, np.float32).copy(), b)
+            float_params[k] = (np.asarray(w_v.const, np.float32).copy(), b)
         if len(float_params) != len(float_conv):
             break
         ws: dict[int, _Weight] = {}
@@ -637,8 +653,8 @@ def reconstruct_blocks(
                 continue
             t, qmin, qmax = layers[id(float_conv[id(n)])]
             w = float_params[id(n)][0]
-            scale = np.asarray(t.qtype.scale_array(), np.float32).reshape(-1)  # type: ignore[union-attr]
-            scale = np.broadcast_to(scale, (w.shape[0],)).reshape(-1, 1, 1, 1).astype(np.float32)
+            per_row = np.asarray(t.qtype.scale_array(), np.float32).reshape(-1)  # type: ignore[union-attr]
+            scale = np.broadcast_to(per_row, (w.shape[0],)).reshape(-1, 1, 1, 1).astype(np.float32)
             ws[id(n)] = _Weight(t, w, scale, qmin, qmax)
         blocks.append(Block(src, dst, nodes, float_params, ws))
     if not blocks:
