@@ -94,8 +94,8 @@ class BlockOptions:
     ``beta[0]`` to ``beta[1]``; ``drop``: QDrop's probability of keeping an activation
     element float (eq. (12s); 0: every activation quantized); ``seed``: the patches' and
     masks' generator; ``init``: "float" starts at h = the fractional part of W/s
-    (AdaRound), "start" moves that h just across 0.5 to the side of the integers the block
-    starts from (GPTQ's) where they are ⌊W/s⌋ or ⌊W/s⌋ + 1."""
+    (AdaRound), "start" moves that h at least ``margin`` across 0.5 to the side of the
+    integers the block starts from (GPTQ's) where they are ⌊W/s⌋ or ⌊W/s⌋ + 1."""
 
     iterations: int = 400
     batch: int = 8
@@ -107,6 +107,7 @@ class BlockOptions:
     drop: float = 0.5
     seed: int = 0
     init: str = "float"
+    margin: float = 0.01
 
 
 @dataclasses.dataclass
@@ -466,14 +467,17 @@ def _h(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return h.astype(np.float32), dh.astype(np.float32)
 
 
-def _init_v(w: _Weight, codes: np.ndarray | None = None) -> np.ndarray:
+def _init_v(w: _Weight, codes: np.ndarray | None = None, margin: float = 0.01) -> np.ndarray:
     """V with h(V) = W/s − ⌊W/s⌋ (AdaRound's start: Ŵ(V) = W inside the grid); with
-    ``codes``, h moved to 0.51 / 0.49 where it lies on the other side of 0.5 than they."""
+    ``codes``, h at least ``margin`` above 0.5 where they are ⌊W/s⌋ + 1, below where they
+    are ⌊W/s⌋."""
     rest = np.clip(w.w / w.scale - w.floor, 0.0, 1.0)
     if codes is not None:
         up = codes == w.floor + 1
         down = codes == w.floor
-        rest = np.where(up, np.maximum(rest, 0.51), np.where(down, np.minimum(rest, 0.49), rest))
+        rest = np.where(
+            up, np.maximum(rest, 0.5 + margin), np.where(down, np.minimum(rest, 0.5 - margin), rest)
+        )
     sig = np.clip((rest - GAMMA) / (ZETA - GAMMA), 1e-6, 1 - 1e-6)
     return np.log(sig / (1 - sig)).astype(np.float32)
 
@@ -494,7 +498,7 @@ def learn_block_rounding(
     train = np.arange(0, len(x_q), 2)
     judge = np.arange(1, len(x_q), 2) if len(x_q) > 1 else train
     ws = block.weights
-    vs = {k: _init_v(w, start[k] if options.init == "start" else None) for k, w in ws.items()}
+    vs = {k: _init_v(w, start[k] if options.init == "start" else None, options.margin) for k, w in ws.items()}
     floors = {k: w.floor for k, w in ws.items()}
     m = {k: np.zeros_like(v) for k, v in vs.items()}
     s2 = {k: np.zeros_like(v) for k, v in vs.items()}
