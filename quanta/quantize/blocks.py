@@ -54,6 +54,7 @@ fixed order; the same model, data and recipe give the same integers.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -672,10 +673,12 @@ def reconstruct_blocks(
         for i, block in enumerate(blocks):
             start = {k: np.asarray(w.tensor.codes).reshape(w.w.shape) for k, w in block.weights.items()}
             if block.weights:
+                cpu = time.process_time()
                 codes, before, after = learn_block_rounding(block, x_q, x_fp, start, options, i)
                 if log is not None:
                     log(
                         f"block {i} ({block.input} -> {block.output}): held-out error {before:.6g} -> {after:.6g}"
+                        f" ({'learned' if codes is not start else 'GPTQ'} kept; {time.process_time() - cpu:.1f} s CPU)"
                     )
                 if codes is not start:
                     kept += 1
