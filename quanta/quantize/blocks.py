@@ -664,9 +664,10 @@ def reconstruct_blocks(
         blocks.append(Block(src, dst, nodes, float_params, ws))
     if not blocks:
         return 0
-    x = np.concatenate([np.asarray(f[inputs[0]], np.float32) for f in feeds()])
-    if x.ndim != 4:
-        return 0
+    samples = [np.asarray(f[inputs[0]], np.float32) for f in feeds()]
+    if not samples or any(a.ndim != 4 or a.shape[1:] != samples[0].shape[1:] for a in samples):
+        return 0  # the patches and the held-out maps need one image size
+    x = np.concatenate(samples)
     x_q, x_fp = x, x
     kept = 0
     with threadpool_limits(limits=1, user_api="blas"):
