@@ -98,7 +98,9 @@ class BlockOptions:
     (AdaRound), "start" moves that h at least ``margin`` across 0.5 to the side of the
     integers the block starts from (GPTQ's) where they are ⌊W/s⌋ or ⌊W/s⌋ + 1."""
 
-    iterations: int = 400
+    # 2000: the fewest measured to beat GPTQ's integers on a block (400 never did on
+    # EfficientNet-Lite0; benchmarks/results/2026-12-07e-brecq13.md)
+    iterations: int = 2000
     batch: int = 8
     patch: int = 24
     lr: float = 0.01
@@ -109,6 +111,10 @@ class BlockOptions:
     seed: int = 0
     init: str = "float"
     margin: float = 0.01
+
+
+#: the options quantize_static's ``weight_rounding="brecq"`` runs with
+DEFAULT_OPTIONS = BlockOptions()
 
 
 @dataclasses.dataclass
@@ -623,7 +629,7 @@ def reconstruct_blocks(
     the number of blocks whose learned integers were kept."""
     from quanta.quantize.asymmetric import _clone_with_qdq
 
-    options = options or BlockOptions()
+    options = options or DEFAULT_OPTIONS
     graph = model.graph
     inputs = [v.name for v in graph.inputs if not v.is_const]
     layers = _weights(model, plan, recipe)

@@ -189,7 +189,11 @@ def test_a_block_keeps_its_start_where_learning_does_not_win_held_out(tmp_path):
     assert codes is start and after >= before
 
 
-def test_brecq_writes_the_same_file_twice_and_changes_only_weight_integers(tmp_path):
+def test_brecq_writes_the_same_file_twice_and_changes_only_weight_integers(tmp_path, monkeypatch):
+    import quanta.quantize.blocks as B
+
+    # fewer steps than the default's 2000: the same code path, a test-sized cost
+    monkeypatch.setattr(B, "DEFAULT_OPTIONS", BlockOptions(iterations=400, batch=8, patch=13))
     model = _inverted_residual(seed=4)
     src = tmp_path / "m.onnx"
     onnx.save(model, src)
