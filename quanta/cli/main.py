@@ -569,10 +569,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--weight-rounding",
-        choices=["gptq", "gptq_cd", "gptaq", "nearest"],
+        choices=["gptq", "gptq_cd", "gptaq", "brecq", "nearest"],
         help="weights: GPTQ second-order rounding on the calibration data (default), GPTQ refined "
         "by coordinate descent on the same objective (gptq_cd), GPTQ then each layer fitted for "
-        "the FP32 output from its quantized input (gptaq), or each to nearest",
+        "the FP32 output from its quantized input (gptaq), GPTQ then each block's rounding learned "
+        "against the FP32 block output (brecq), or each to nearest",
     )
     s.add_argument(
         "--equalize",

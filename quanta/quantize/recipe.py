@@ -72,7 +72,7 @@ class CalibrationMethod(enum.Enum):
 
 #: Recipe.other_ranges: how the tensors outside eq. (22) get their range
 OTHER_RANGES = ("auto", "minmax", "mse")
-WEIGHT_ROUNDING = ("gptq", "gptq_cd", "gptaq", "nearest")
+WEIGHT_ROUNDING = ("gptq", "gptq_cd", "gptaq", "brecq", "nearest")
 #: Recipe.weight_pairs: "ort" keeps every pair of int8 codes ONNX Runtime's saturating
 #: u8·s8 kernels add in int16 inside it (quanta.quantize.ort_pairs, eq. (12m)); "ort_rows"
 #: also lets each GPTQ-rounded output row take the 7-bit grid where that errs less (eq. (12n));
@@ -252,7 +252,9 @@ class Recipe:
     # descent on the same objective, per row where that carries over to held-out samples
     # (docs/debugger.md eqs. (12k)-(12l)); "gptaq": GPTQ, then each layer's integers fitted
     # for the FP32 layer output from the inputs the quantized layers before it produce
-    # (quanta.quantize.asymmetric); "nearest": round each weight on its own
+    # (quanta.quantize.asymmetric); "brecq": GPTQ, then the integers of each block of Convs
+    # learned together against the FP32 block output (quanta.quantize.blocks, eqs.
+    # (12p)-(12t)); "nearest": round each weight on its own
     weight_rounding: str = "gptq"
     # SmoothQuant's alpha: balance the activation channels of MatMul/Gemm inputs whose
     # channel maxima spread (quanta.quantize.smooth, docs/debugger.md eq. (13)); None: off

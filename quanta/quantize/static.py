@@ -574,7 +574,7 @@ def quantize_static(
     per_channel = depthwise_per_channel(graph, plan, weights_for, recipe)
     means: dict = {}
     rounded = []
-    if recipe.weight_rounding in ("gptq", "gptq_cd", "gptaq"):
+    if recipe.weight_rounding in ("gptq", "gptq_cd", "gptaq", "brecq"):
         from quanta.quantize.rounding import plan_rounding
 
         rounded = plan_rounding(graph, plan)
@@ -733,6 +733,19 @@ def quantize_static(
                     yield with_defaults(feed, graph)
 
             reconstruct(model, plan, recipe, feeds)
+            pair_safe_codes(graph, plan, recipe)
+        if round_weights is not None and recipe.weight_rounding == "brecq":
+            from quanta.calibrate.runner import with_defaults
+            from quanta.quantize.blocks import reconstruct_blocks
+
+            # eqs. (12p)-(12t): each block's integers learned against its FP32 output
+            def block_feeds():
+                for feed in iter_feeds(
+                    calibration_data, graph.inputs, preprocess=preprocess, limit=recipe.calibration_samples
+                ):
+                    yield with_defaults(feed, graph)
+
+            reconstruct_blocks(model, plan, recipe, block_feeds, log=print if verbose else None)
             pair_safe_codes(graph, plan, recipe)
         quantize_bodies(bodies, model, ranges, dict(body_float), means, recipe)
         insert_qdq(graph, plan)
@@ -1180,7 +1193,7 @@ def _quantize_to_target(
     def run(src, dst, calib, rec):
         # GPTQ's statistics stream into this process (they have no mergeable state)
         # eq. (27) off: the search measures and widens tensors itself
-        if eng is None or rec.weight_rounding in ("gptq", "gptq_cd", "gptaq"):
+        if eng is None or rec.weight_rounding in ("gptq", "gptq_cd", "gptaq", "brecq"):
             return quantize_static(src, dst, calib, rec, verbose=False, wide_fallback=False)
         return quantize_static(
             src, dst, calib, rec, verbose=False, engine=eng, shards=shards, wide_fallback=False
