@@ -375,6 +375,11 @@ def test_conv_implicit_gemm_is_the_im2col_gemm_bit_for_bit(
         (1, 5, 3, 1, 5, 3, 3, (2, 3, 2, 4)),  # one input column, pads wider than the window
         (1, 29, 6, 70, 12, 2, 2, (0, 0, 1, 1)),  # even kernel, a bottom / right pad only
         (1, 9, 5, 49, 4, 7, 7, (3, 3, 3, 3)),  # 7x7
+        (1, 7, 6, 23, 17, 3, 3, (1, 1, 1, 1)),  # 3x3 on one 3-vector tile cut at 23: 5 groups, the last of 1
+        (2, 33, 5, 22, 3, 3, 3, (1, 2, 1, 0)),  # K = 297 > 258, a 3-vector tile cut at 22, 3 channels
+        (1, 7, 5, 41, 17, 3, 1, (1, 0, 1, 0)),  # 3x1 on 3-vector tiles, the second cut at 41
+        (1, 17, 4, 47, 7, 1, 3, (0, 1, 0, 1)),  # 1x3 on 3-vector tiles, the second cut at 47
+        (1, 100, 5, 24, 3, 3, 1, (1, 0, 1, 0)),  # 3x1, K = 300 > 258 on one whole 3-vector tile
     ],
 )
 def test_conv_direct_rows_are_the_im2col_gemm_bit_for_bit(n, c, h, w, m, kh, kw, pads) -> None:

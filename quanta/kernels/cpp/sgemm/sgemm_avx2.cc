@@ -195,28 +195,31 @@ void deinterleave16(const float* src, int64_t n, int cb, float* dst, int64_t ld)
 
 // ---- direct convolution rows (sgemm.h DirectRow) -------------------------------------------
 // A tile is 4 output channels × NV ≤ 3 vectors of 8 consecutive output pixels of one
-// row (channels m ≥ 4 of d: the first 4): 12 accumulators, the NV input vectors of a tap and one broadcast weight (16
-// ymm); per tap NV unaligned loads of the padded input row and 4 broadcasts feed 4·NV
-// fmas, no packing. Tail: the tile's last vector passes ow (masked stores). KW3: the kx
-// loop unrolled for kw = 3.
+// row (channels m ≥ 4 of d: the first 4): 12 accumulators, the NV input vectors of a tap
+// and one broadcast weight (16 ymm); per tap NV unaligned loads of the padded input row and
+// 4 broadcasts feed 4·NV fmas, no packing. Tail: the tile's last vector passes ow (masked
+// stores). KH, KW: the window as compile-time constants (0: read from d).
+//
+// With a constant window the taps of one channel are straight-line code, each behind an
+// empty asm with a memory clobber: without it GCC hoisted the next taps' broadcasts and
+// input loads above the fmas, ran out of the 16 ymm and kept 5 of the 12 accumulators on
+// the stack (a store and a reload on each of their chains every (c, ky) step). With it
+// each tap is 3 loads, 4 broadcasts and 12 fmas on registers (checked in the generated
+// code: no stack traffic in the channel loop), and the kh row pointers stay in registers,
+// advanced by their channel strides.
 #define QUANTA_DIRECT_ROWS(X) X(0) X(1) X(2) X(3)
 
-template <int NV, bool Tail, bool KW3>
+template <int NV, bool Tail, int KH, int KW>
 void direct_tile(const DirectRow& d, int64_t ox0) {
 #define DECL(r) __m256 a0_##r = _mm256_setzero_ps(), a1_##r = _mm256_setzero_ps(), a2_##r = _mm256_setzero_ps();
   QUANTA_DIRECT_ROWS(DECL)
 #undef DECL
   const float* wk = d.a;
-  const int64_t kw = KW3 ? 3 : d.kw;
-  for (int64_t c = 0; c < d.c; ++c) {
-    for (int64_t ky = 0; ky < d.kh; ++ky) {
-      const float* row = d.rows[ky] + c * d.cstride[ky] + ox0 - d.pl;
-#pragma GCC unroll 3
-      for (int64_t kx = 0; kx < kw; ++kx) {
-        const float* p = row + kx;
-        const __m256 x0 = _mm256_loadu_ps(p);
-        const __m256 x1 = NV < 2 ? x0 : _mm256_loadu_ps(p + 8);
-        const __m256 x2 = NV < 3 ? x0 : _mm256_loadu_ps(p + 16);
+  auto tap = [&](const float* p) __attribute__((always_inline)) {
+    asm volatile("" ::: "memory");
+    const __m256 x0 = _mm256_loadu_ps(p);
+    const __m256 x1 = NV < 2 ? x0 : _mm256_loadu_ps(p + 8);
+    const __m256 x2 = NV < 3 ? x0 : _mm256_loadu_ps(p + 16);
 #define STEP(r)                                           \
   {                                                       \
     const __m256 wv = _mm256_broadcast_ss(wk + r);        \
@@ -224,9 +227,32 @@ void direct_tile(const DirectRow& d, int64_t ox0) {
     if (NV > 1) a1_##r = _mm256_fmadd_ps(wv, x1, a1_##r); \
     if (NV > 2) a2_##r = _mm256_fmadd_ps(wv, x2, a2_##r); \
   }
-        QUANTA_DIRECT_ROWS(STEP)
+    QUANTA_DIRECT_ROWS(STEP)
 #undef STEP
-        wk += 4;
+    wk += 4;
+  };
+  if constexpr (KH > 0 && KW > 0) {
+    const float* row[KH];
+    int64_t cs[KH];
+#pragma GCC unroll 8
+    for (int ky = 0; ky < KH; ++ky) {
+      row[ky] = d.rows[ky] + ox0 - d.pl;
+      cs[ky] = d.cstride[ky];
+    }
+    for (int64_t c = 0; c < d.c; ++c) {
+#pragma GCC unroll 8
+      for (int ky = 0; ky < KH; ++ky) {
+#pragma GCC unroll 8
+        for (int kx = 0; kx < KW; ++kx) tap(row[ky] + kx);
+        row[ky] += cs[ky];
+      }
+    }
+  } else {
+    for (int64_t c = 0; c < d.c; ++c) {
+      for (int64_t ky = 0; ky < d.kh; ++ky) {
+        const float* row = d.rows[ky] + c * d.cstride[ky] + ox0 - d.pl;
+#pragma GCC unroll 1
+        for (int64_t kx = 0; kx < d.kw; ++kx) tap(row + kx);
       }
     }
   }
@@ -249,12 +275,12 @@ void direct_tile(const DirectRow& d, int64_t ox0) {
 #undef STORE
 }
 
-template <int NV, bool KW3>
+template <int NV, int KH, int KW>
 void direct_tile_at(const DirectRow& d, int64_t ox0) {
   if (ox0 + 8 * NV <= d.ow) {
-    direct_tile<NV, false, KW3>(d, ox0);
+    direct_tile<NV, false, KH, KW>(d, ox0);
   } else {
-    direct_tile<NV, true, KW3>(d, ox0);
+    direct_tile<NV, true, KH, KW>(d, ox0);
   }
 }
 
@@ -262,7 +288,7 @@ void direct_tile_at(const DirectRow& d, int64_t ox0) {
 // accumulators, too few chains for 2 fmas a cycle at latency 4).
 // Per tile position every group of 4 channels in turn: the tile's input runs (C·kh
 // rows of 8·NV + kw − 1 floats) stay in L1 while the groups' weights stream past.
-template <int NV, bool KW3>
+template <int NV, int KH, int KW>
 void direct_groups_at(const DirectRow& d, int64_t ox0) {
   const int64_t kk = d.c * d.kh * d.kw;
   DirectRow q = d;
@@ -271,31 +297,37 @@ void direct_groups_at(const DirectRow& d, int64_t ox0) {
     q.m = d.m - i0;
     q.bias = d.bias ? d.bias + i0 : nullptr;
     q.y = d.y + i0 * d.ldy;
-    direct_tile_at<NV, KW3>(q, ox0);
+    direct_tile_at<NV, KH, KW>(q, ox0);
   }
 }
 
-template <bool KW3>
-void direct_row_kw(const DirectRow& d) {
+template <int KH, int KW>
+void direct_row_k(const DirectRow& d) {
   int64_t left = (d.ow + 7) / 8, ox0 = 0;
-  for (; left > 4; left -= 3, ox0 += 24) direct_groups_at<3, KW3>(d, ox0);
+  for (; left > 4; left -= 3, ox0 += 24) direct_groups_at<3, KH, KW>(d, ox0);
   if (left == 4) {
-    direct_groups_at<2, KW3>(d, ox0);
-    direct_groups_at<2, KW3>(d, ox0 + 16);
+    direct_groups_at<2, KH, KW>(d, ox0);
+    direct_groups_at<2, KH, KW>(d, ox0 + 16);
   } else if (left == 3) {
-    direct_groups_at<3, KW3>(d, ox0);
+    direct_groups_at<3, KH, KW>(d, ox0);
   } else if (left == 2) {
-    direct_groups_at<2, KW3>(d, ox0);
+    direct_groups_at<2, KH, KW>(d, ox0);
   } else if (left == 1) {
-    direct_groups_at<1, KW3>(d, ox0);
+    direct_groups_at<1, KH, KW>(d, ox0);
   }
 }
 
+// The windows of the zoo's direct-rows layers as constants (3x3; 3x1 and 1x3 in
+// oww_embedding), any other window from d.
 void direct_row(const DirectRow& d) {
-  if (d.kw == 3) {
-    direct_row_kw<true>(d);
+  if (d.kh == 3 && d.kw == 3) {
+    direct_row_k<3, 3>(d);
+  } else if (d.kh == 3 && d.kw == 1) {
+    direct_row_k<3, 1>(d);
+  } else if (d.kh == 1 && d.kw == 3) {
+    direct_row_k<1, 3>(d);
   } else {
-    direct_row_kw<false>(d);
+    direct_row_k<0, 0>(d);
   }
 }
 
