@@ -625,7 +625,8 @@ def quantize_static(
             limit=recipe.calibration_samples,
             progress=recipe.progress and verbose,
             channel_means=means_for,
-            taps=replay.taps() if replay is not None else None,
+            # only in process: the sharded engine's calibrate takes no taps
+            **({"taps": replay.taps()} if replay is not None else {}),
         )
         halves = unsplit(observers)
         lstm_float = spread_reasons({n: observers.pop(n) for n in lstm_x if n in observers})
