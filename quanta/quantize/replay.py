@@ -71,6 +71,7 @@ class InputReplay:
             or not self.complete
             or any(len(self.values.get(layer.x_name, ())) != samples for layer in layers)
         ):
+            self.values = {}  # the pass runs: the copies would only hold memory until it ends
             return False
         for i in range(samples):
             for layer in layers:

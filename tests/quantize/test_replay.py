@@ -138,6 +138,7 @@ def test_replay_refuses_values_not_kept_once_per_feed(calls, samples, reason):
     layer = _Layer("a")
     assert not r.replay([layer], samples), reason
     assert layer.seen == []
+    assert r.values == {}  # the copies are released once the pass has to run
 
 
 def test_replay_refuses_after_the_budget_ran_out():
