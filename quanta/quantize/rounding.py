@@ -45,6 +45,7 @@ __all__ = [
     "RoundedLayer",
     "apply_rounding",
     "gptq_round",
+    "gram_u8_into",
     "plan_rounding",
     "refine_held_out",
     "refine_rounding",
@@ -357,6 +358,38 @@ def position_step(groups: int, k: int, positions: int) -> int:
     return max(1, -(-cost // GRAM_MACS))
 
 
+#: eq. (12o2): columns of H a native Gram product computes at a time. Only the blocks on
+#: and above the diagonal are computed (H is symmetric); below GRAM_BLOCK * 2 columns the
+#: whole product is one call (the saving would not pay for the extra packing).
+GRAM_BLOCK = 256
+
+
+def gram_u8_into(acc: np.ndarray, x: np.ndarray, o: int) -> np.ndarray:
+    """Eq. (12o2): acc [K, K] int32 = (x − o)(x − o)ᵀ for 8-bit codes x [K, n] (n at most
+    ``_GRAM_STEP``: no int32 sum overflows), by the native integer GEMM. For K of at least
+    2·GRAM_BLOCK, column block [c0, c1) takes only rows [0, c1) (the blocks on and above
+    the diagonal) and the blocks below the diagonal are copied from their transposes: the
+    same integers as the whole product (integer sums are exact, and H_ij = H_ji), in about
+    (K + GRAM_BLOCK) / (2·K) of its products."""
+    from quanta.kernels import _native
+
+    k, n = x.shape
+    x = np.ascontiguousarray(x)
+    # the transposes go through the native blocked transpose (NumPy's strided uint8 copy
+    # is 3-10x slower)
+    xt = _native.transpose_batched(x, 1, k, n).reshape(n, k)
+    if k < 2 * GRAM_BLOCK:
+        return _native.qgemm(x, _native.pack_weights_u8(xt, o), o, out=acc)
+    for c0 in range(0, k, GRAM_BLOCK):
+        c1 = min(k, c0 + GRAM_BLOCK)
+        packed = _native.pack_weights_u8(np.ascontiguousarray(xt[:, c0:c1]), o)
+        acc[:c1, c0:c1] = _native.qgemm(x[:c1], packed, o)
+    for c0 in range(0, k - GRAM_BLOCK, GRAM_BLOCK):
+        c1 = min(k, c0 + GRAM_BLOCK)
+        acc[c1:, c0:c1] = acc[c0:c1, c1:].T
+    return acc
+
+
 def _scratch_i32(n: int) -> np.ndarray:
     """A flat int32 buffer of ``n`` entries, reused by the calls of one thread (grown to
     the largest asked for)."""
@@ -553,21 +586,14 @@ class RoundedLayer:
         (exact whatever the BLAS's summation order)."""
         g, k, p = c.shape
         if self._native_gram(c.dtype, k):
-            from quanta.kernels import _native
-
             step = _GRAM_STEP
             # the int32 products land in one reused buffer: a fresh [K, K] array per call
             # costs its page faults, as long as the product itself for a K = 2304 layer
-            # of 400 positions; the transposes go through the native blocked transpose
-            # (NumPy's strided uint8 copy is 3-10x slower)
+            # of 400 positions
             acc = _scratch_i32(k * k).reshape(k, k)
             for i in range(g):
                 for a in range(0, p, step):
-                    x = np.ascontiguousarray(c[i, :, a : a + step])
-                    n = x.shape[1]
-                    xt = _native.transpose_batched(x, 1, k, n).reshape(n, k)
-                    packed = _native.pack_weights_u8(xt, o)
-                    prod = _native.qgemm(x, packed, o, out=acc)
+                    prod = gram_u8_into(acc, c[i, :, a : a + step], o)  # eq. (12o2)
                     if weight != 1:
                         prod = prod.astype(np.int64) * weight
                     np.add(out[i], prod, out=out[i])

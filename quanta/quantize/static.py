@@ -97,6 +97,7 @@ from quanta.quantize.recurrent import (
     quantize_lstms,
     spread_reasons,
 )
+from quanta.quantize.replay import InputReplay
 from quanta.runtime.coverage import lowered_coverage
 
 if TYPE_CHECKING:
@@ -602,6 +603,11 @@ def quantize_static(
             # one compile for both passes over the float graph (GPTQ's second pass runs
             # before any Q/DQ is inserted: the graph is the one calibrated)
             run = functools.partial(calibrate, executor=compile_executor(model))
+    # GPTQ's statistics pass reads the values this pass computes when they fit in memory
+    # (quanta.quantize.replay): one forward pass over the data fewer
+    replay = (
+        InputReplay([layer.x_name for layer in rounded]) if rounded and in_process and not bodies else None
+    )
     if to_calibrate or means_for or bodies:
         assert run is not None
         if choose_ranges and in_process and not reiterable(calibration_data):
@@ -627,6 +633,8 @@ def quantize_static(
             limit=recipe.calibration_samples,
             progress=recipe.progress and verbose,
             channel_means=means_for,
+            # only in process: the sharded engine's calibrate takes no taps
+            **({"taps": replay.taps()} if replay is not None else {}),
         )
         halves = unsplit(observers)
         lstm_float = spread_reasons({n: observers.pop(n) for n in lstm_x if n in observers})
@@ -764,6 +772,9 @@ def quantize_static(
 
         layers = quantized_inputs(plan, rounded)
         if not layers:
+            return
+        if replay is not None and replay.replay(layers, samples):
+            apply_rounding(graph, plan, layers, gptq_recipe)
             return
         assert run is not None
         stats = run(
