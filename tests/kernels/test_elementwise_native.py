@@ -27,21 +27,11 @@ from quanta.kernels.reference.conv_geometry import conv_attrs
 from quanta.kernels.reference.nn_pool import max_pool
 from quanta.kernels.reference.quantize import dequantize_linear, dynamic_quantize_linear
 from quanta.kernels.reference.registry import OpContext
+from tests.isa import ISAS, every_isa
 
-ISAS: list[str] = list(_native.supported_isas())
 DTYPES = (np.uint8, np.int8)
 F32 = np.float32
 ODD = [1, 2, 3, 7, 16, 17, 33]
-
-
-def every_isa(fn) -> None:
-    """Run ``fn(isa)`` once per ISA with the override set."""
-    try:
-        for isa in ISAS:
-            _native.set_isa(isa)
-            fn(isa)
-    finally:
-        _native.clear_isa()
 
 
 def assert_same(expected: np.ndarray, actual: np.ndarray, label: str, **context) -> None:

@@ -21,8 +21,8 @@ from quanta.kernels import _native
 from quanta.kernels.reference import float_ops as twin
 from quanta.kernels.reference.ms_lstm import mlas_logistic, mlas_tanh
 from quanta.kernels.reference.ort_float import mlas_gelu_tanh
+from tests.isa import every_isa
 
-ISAS: list[str] = list(_native.supported_isas())
 F32 = np.float32
 U = 2.0**-24  # unit roundoff of float32
 #: row lengths with reasons: 1 (a lone element), 15/16/17 (one 16-lane block ± 1), 63/65
@@ -31,16 +31,6 @@ ROW_LENGTHS = [1, 15, 16, 17, 63, 65, 300, 384]
 #: Softmax adds 128 (attention rows: the in-register / 4-row lockstep path) and 1000 (a long
 #: row, 63 blocks ending in a tail of 8)
 SOFTMAX_ROW_LENGTHS = [1, 15, 16, 17, 63, 65, 128, 300, 1000]
-
-
-def every_isa(fn) -> None:
-    """Run ``fn(isa)`` once per ISA with the override set."""
-    try:
-        for isa in ISAS:
-            _native.set_isa(isa)
-            fn(isa)
-    finally:
-        _native.clear_isa()
 
 
 def assert_same(expected: np.ndarray, actual: np.ndarray, label: str, **context) -> None:

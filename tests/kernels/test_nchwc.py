@@ -31,8 +31,8 @@ from quanta.kernels.reference import nchwc as twin
 from quanta.kernels.reference.nn_conv import conv as conv_twin
 from quanta.kernels.reference.nn_conv import fused_gate
 from quanta.kernels.reference.registry import OpContext
+from tests.isa import ISAS, every_isa
 
-ISAS: list[str] = list(_native.supported_isas())
 F32 = np.float32
 U = 2.0**-24
 INF = float("inf")
@@ -41,15 +41,6 @@ POSTS: dict[str, tuple[int, list[float]]] = {"": (0, []), "SiLU": (1, []), "Hard
 
 def normal(rng: np.random.Generator, *shape: int) -> np.ndarray:
     return rng.standard_normal(shape).astype(F32)
-
-
-def every_isa(fn) -> None:
-    try:
-        for isa in ISAS:
-            _native.set_isa(isa)
-            fn(isa)
-    finally:
-        _native.clear_isa()
 
 
 # --------------------------------------------------------------------------------------

@@ -25,19 +25,9 @@ from quanta.kernels.reference.mlas_pool import GENERIC, mlas_average_pool, pool_
 from quanta.kernels.reference.ort_resize import ORT_RESIZE_MODES, ort_resize_geometry, ort_resize_linear
 from quanta.targets.native.mlas_pool import average_pool
 from quanta.targets.native.ort_resize import resize_linear
+from tests.isa import every_isa
 
 F32 = np.float32
-ISAS: list[str] = list(_native.supported_isas())
-
-
-def every_isa(fn) -> None:
-    """Run ``fn(isa)`` once per ISA with the override set."""
-    try:
-        for isa in ISAS:
-            _native.set_isa(isa)
-            fn(isa)
-    finally:
-        _native.clear_isa()
 
 
 def assert_same(expected: np.ndarray, actual: np.ndarray, label: str) -> None:

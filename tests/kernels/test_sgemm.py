@@ -25,19 +25,10 @@ from hypothesis import strategies as st
 
 from quanta.kernels import _native
 from quanta.kernels.reference.nn_conv import conv as conv_twin
+from tests.isa import every_isa
 
-ISAS: list[str] = list(_native.supported_isas())
 F32 = np.float32
 U = 2.0**-24
-
-
-def every_isa(fn) -> None:
-    try:
-        for isa in ISAS:
-            _native.set_isa(isa)
-            fn(isa)
-    finally:
-        _native.clear_isa()
 
 
 def assert_within_bound(y: np.ndarray, y64: np.ndarray, magnitude: np.ndarray, k: int, label: str) -> None:

@@ -18,21 +18,12 @@ from quanta.kernels import _native
 from quanta.kernels.reference.a16w8 import qlinear_conv16, qlinear_matmul16
 from quanta.kernels.reference.requant import requant_multiplier
 from quanta.targets.native.a16w8 import _SHORT, _offset, pack_weight, weight_terms
+from tests.isa import every_isa
 
-ISAS: list[str] = list(_native.supported_isas())
 F32 = np.float32
 ACT = [np.uint16, np.int16, np.uint8, np.int8]
 WGT = [np.int8, np.uint8, np.int16, np.uint16]
 OUT = [np.uint16, np.int16, np.uint8, np.int8]
-
-
-def every_isa(fn) -> None:
-    try:
-        for isa in ISAS:
-            _native.set_isa(isa)
-            fn(isa)
-    finally:
-        _native.clear_isa()
 
 
 def _rand(rng, dt, shape):
