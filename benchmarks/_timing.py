@@ -11,6 +11,14 @@ from pathlib import Path
 
 import numpy as np
 
+#: Seconds one library's timed block waits after the other's: ONNX Runtime's intra-op
+#: pool (allow_spinning, its default) keeps spinning for 30-60 ms after a run on this
+#: 2-vCPU machine, and a 2-thread run of the next library started inside that window
+#: gets one core (measured on ppocrv3_det's FP32 path, 2 threads: after a 30 ms pause
+#: quanta read 47 ms / ORT 27 ms, after 100-300 ms 26-27 / 27-29 ms). 1-thread runs have
+#: no pool thread and are not affected.
+SPIN_SETTLE_S = 0.3
+
 
 def ort_kernel_medians(profile_file: str) -> tuple[dict[str, float], dict[str, str], list[float]]:
     """From an ONNX Runtime profile (``InferenceSession.end_profiling()``'s file): each
@@ -33,10 +41,10 @@ def ort_kernel_medians(profile_file: str) -> tuple[dict[str, float], dict[str, s
 def time_alternating(fns: dict[str, Callable[[], object]], ops: int, budget_s: float) -> dict[str, float]:
     """Best-batch GOPS of each callable, timed in alternating blocks.
 
-    Each library runs a block of ~50 ms batches, then sleeps 30 ms before the next one:
-    both thread pools spin for a while after a call (ONNX Runtime's by default, quanta's
-    for 100 us), and a spinning pool of one library steals the second core from the
-    other when their calls interleave batch by batch (measured: -30 % for whoever runs
+    Each library runs a block of ~50 ms batches, then sleeps ``SPIN_SETTLE_S`` before
+    the next one: both thread pools spin for a while after a call (ONNX Runtime's by
+    default, quanta's briefly), and a spinning pool of one library steals the second core
+    from the other when their calls interleave (measured: -30 % for whoever runs
     second).
     """
     for fn in fns.values():  # warm up (first-touch, thread pools)
@@ -52,7 +60,7 @@ def time_alternating(fns: dict[str, Callable[[], object]], ops: int, budget_s: f
     rounds = max(2, int(budget_s / (0.2 * len(fns))))
     for _ in range(rounds):
         for name, fn in fns.items():
-            time.sleep(0.03)
+            time.sleep(SPIN_SETTLE_S)
             block_end = time.perf_counter() + 0.2
             while time.perf_counter() < block_end:
                 t = time.perf_counter()

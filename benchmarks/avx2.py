@@ -45,7 +45,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import ort_avx2  # noqa: E402
-from _timing import fastest_calls  # noqa: E402
+from _timing import SPIN_SETTLE_S, fastest_calls  # noqa: E402
 
 ort = ort_avx2.load()  # before quanta (or anything else) imports the stock package
 
@@ -80,7 +80,7 @@ def alternate_medians(fns: dict[str, Callable[[], object]], budget_s: float) -> 
     end = time.perf_counter() + budget_s
     while time.perf_counter() < end or min(len(v) for v in times.values()) < 5:
         for name, fn in fns.items():
-            time.sleep(0.03)
+            time.sleep(SPIN_SETTLE_S)
             block_end = time.perf_counter() + 0.05
             while True:
                 t = time.perf_counter()

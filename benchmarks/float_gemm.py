@@ -23,9 +23,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent / "zoo"))
+sys.path.insert(0, str(Path(__file__).parent))
 
 import onnxruntime as ort
 import zoodata
+from _timing import SPIN_SETTLE_S
 
 import quanta
 from quanta.targets.native import BINDERS, _load_families
@@ -78,7 +80,7 @@ def measure(sess: dict[str, object], feed: dict, budget_s: float) -> dict[str, f
     end = time.perf_counter() + budget_s
     while time.perf_counter() < end or min(len(v) for v in times.values()) < 5:
         for k, s in sess.items():
-            time.sleep(0.03)
+            time.sleep(SPIN_SETTLE_S)
             for _ in range(reps[k]):
                 t = time.perf_counter()
                 s.run(None, feed)

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).parent / "zoo"))
 
 import onnxruntime as ort
 import zoodata
-from _timing import ort_kernel_medians
+from _timing import SPIN_SETTLE_S, ort_kernel_medians
 
 import quanta
 
@@ -105,7 +105,7 @@ def ratio(path: str, feed: dict, threads: int, rounds: int, cpu: bool = False) -
     per = {k: max(2, min(10, int(0.06 / v))) for k, v in t_one.items()}
     for _ in range(rounds):
         for k, s in sess.items():
-            time.sleep(0.03)
+            time.sleep(SPIN_SETTLE_S)
             for _ in range(per[k]):
                 t = clock()
                 s.run(None, feed)

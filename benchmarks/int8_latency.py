@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "zoo"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import zoodata
+from _timing import SPIN_SETTLE_S
 
 Feed = dict[str, np.ndarray]
 
@@ -91,7 +92,7 @@ def time_file(
             s.run(None, feed)
     for _ in range(rounds):
         for k, s in sessions.items():
-            time.sleep(0.02)  # the other library's spinning pool goes idle
+            time.sleep(SPIN_SETTLE_S)  # the other library's spinning pool goes idle
             w, c = [], []
             before = _native.pool_stats()
             for _ in range(per_round):

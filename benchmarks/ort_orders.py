@@ -25,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import zoo
+from _timing import SPIN_SETTLE_S
 
 ISSUE_11 = [
     "nudenet_320n.ort_qdq",
@@ -65,7 +66,7 @@ def timed(sessions: dict, feed: dict, reps: int) -> dict:
     cpu: dict[str, list[float]] = {k: [] for k in sessions}
     for _ in range(reps):
         for k, s in sessions.items():
-            time.sleep(0.05)  # both thread pools spin after a run: let them settle
+            time.sleep(SPIN_SETTLE_S)  # both thread pools spin after a run: let them settle
             w, c = time.perf_counter(), time.process_time()
             s.run(None, feed)
             wall[k].append(time.perf_counter() - w)

@@ -53,8 +53,10 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "zoo"))
+sys.path.insert(0, str(HERE))
 
 import zoodata  # noqa: E402  (benchmarks/zoo is not a package)
+from _timing import SPIN_SETTLE_S  # noqa: E402
 
 Feed = dict[str, np.ndarray]
 ORT_METHODS = ("MinMax", "Entropy", "Percentile")
@@ -785,7 +787,7 @@ def latency(model: Model, path: Path, threads: int, rounds: int = 5, per_round: 
         s.run(None, feed)
     for _ in range(rounds):
         for k, s in sessions.items():
-            time.sleep(0.02)  # let the other library's spinning pool go idle
+            time.sleep(SPIN_SETTLE_S)  # let the other library's spinning pool go idle
             for _ in range(per_round):
                 t = time.perf_counter()
                 s.run(None, feed)
