@@ -21,7 +21,7 @@ from quanta.kernels import _native
 from quanta.kernels.reference import float_ops as twin
 from quanta.kernels.reference.ms_lstm import mlas_logistic, mlas_tanh
 from quanta.kernels.reference.ort_float import mlas_gelu_tanh
-from tests.isa import every_isa
+from tests.isa import assert_same, every_isa
 
 F32 = np.float32
 U = 2.0**-24  # unit roundoff of float32
@@ -31,25 +31,6 @@ ROW_LENGTHS = [1, 15, 16, 17, 63, 65, 300, 384]
 #: Softmax adds 128 (attention rows: the in-register / 4-row lockstep path) and 1000 (a long
 #: row, 63 blocks ending in a tail of 8)
 SOFTMAX_ROW_LENGTHS = [1, 15, 16, 17, 63, 65, 128, 300, 1000]
-
-
-def assert_same(expected: np.ndarray, actual: np.ndarray, label: str, **context) -> None:
-    """Same shape and dtype, NaN at the same places, identical bits everywhere else;
-    otherwise say where and with which parameters."""
-    expected, actual = np.asarray(expected), np.asarray(actual)
-    detail = ", ".join(f"{k}={v}" for k, v in context.items())
-    assert expected.shape == actual.shape and expected.dtype == actual.dtype, (
-        f"{label}: expected {expected.dtype}{expected.shape}, got {actual.dtype}{actual.shape}; {detail}"
-    )
-    e_nan, a_nan = np.isnan(expected), np.isnan(actual)
-    bad = (e_nan != a_nan) | (~e_nan & (expected.view(np.uint32) != actual.view(np.uint32)))
-    if bad.any():
-        idx = np.argwhere(bad)
-        first = tuple(int(i) for i in idx[0])
-        raise AssertionError(
-            f"{label}: {len(idx)} of {expected.size} elements differ; first at {first}: expected "
-            f"{expected[first]!r}, got {actual[first]!r}; {detail}"
-        )
 
 
 def special_values() -> np.ndarray:

@@ -25,26 +25,9 @@ from quanta.kernels.reference.mlas_pool import GENERIC, mlas_average_pool, pool_
 from quanta.kernels.reference.ort_resize import ORT_RESIZE_MODES, ort_resize_geometry, ort_resize_linear
 from quanta.targets.native.mlas_pool import average_pool
 from quanta.targets.native.ort_resize import resize_linear
-from tests.isa import every_isa
+from tests.isa import assert_same, every_isa
 
 F32 = np.float32
-
-
-def assert_same(expected: np.ndarray, actual: np.ndarray, label: str) -> None:
-    """Same shape, NaN at the same places, identical float32 bits elsewhere; otherwise the
-    first differing index with both values."""
-    assert expected.shape == actual.shape and actual.dtype == F32, (
-        f"{label}: {expected.shape} vs {actual.shape}"
-    )
-    e_nan, a_nan = np.isnan(expected), np.isnan(actual)
-    bad = (e_nan != a_nan) | (~e_nan & (expected.view(np.uint32) != actual.view(np.uint32)))
-    if bad.any():
-        idx = np.argwhere(bad)
-        first = tuple(int(i) for i in idx[0])
-        raise AssertionError(
-            f"{label}: {len(idx)} of {expected.size} elements differ; first at {first}: "
-            f"expected {expected[first]!r}, got {actual[first]!r}"
-        )
 
 
 def _data(shape: tuple[int, ...], seed: int, plane_axes: int = 2) -> np.ndarray:

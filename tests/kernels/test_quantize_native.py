@@ -14,25 +14,10 @@ from hypothesis import strategies as st
 
 from quanta.kernels import _native
 from quanta.kernels.reference.quantize import quantize_linear
+from tests.isa import ISAS, every_isa
 
-ISAS: list[str] = list(_native.supported_isas())
 DTYPES = (np.uint8, np.int8, np.uint16, np.int16)  # 16 bits: ORT's QUInt16 / QInt16 activations
 SUFFIX = {np.uint8: "u8", np.int8: "s8", np.uint16: "u16", np.int16: "s16"}
-
-
-@pytest.fixture
-def each_isa():
-    """Yields a function that runs a callable once per ISA with the override set."""
-
-    def run(fn):
-        try:
-            for isa in ISAS:
-                _native.set_isa(isa)
-                fn(isa)
-        finally:
-            _native.clear_isa()
-
-    return run
 
 
 def native_quantize(x: np.ndarray, scale: np.ndarray, zp: np.ndarray, axis: int, dtype: type) -> np.ndarray:
@@ -104,7 +89,7 @@ def test_quantize_native_matches_reference_every_isa(case) -> None:
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_quantize_native_ties_round_half_to_even(dtype: type, each_isa) -> None:
+def test_quantize_native_ties_round_half_to_even(dtype: type) -> None:
     """Golden ties (TVM habit): x/scale = ±0.5, ±1.5, ±2.5, ±3.5 -> 0, ±2, ±2, ±4 (+ zp);
     half away from zero would give ±1, ±2, ±3, ±4. 17 values: not a multiple of any vector width."""
     ties = np.array(
@@ -115,11 +100,11 @@ def test_quantize_native_ties_round_half_to_even(dtype: type, each_isa) -> None:
     x = (ties * 0.25).astype(np.float32)
     expected = (np.array([0, 2, 2, 4, 0, -2, -2, -4, 0, 1, -1, 2, 2, 2, 2, 2, -2]) + zp).astype(dtype)
     np.testing.assert_array_equal(reference_quantize(x, scale, zp, 1, dtype), expected)
-    each_isa(lambda isa: assert_same(expected, native_quantize(x, scale, zp, 1, dtype), isa, x, scale, zp))
+    every_isa(lambda isa: assert_same(expected, native_quantize(x, scale, zp, 1, dtype), isa, x, scale, zp))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_quantize_native_saturates_and_handles_infinities(dtype: type, each_isa) -> None:
+def test_quantize_native_saturates_and_handles_infinities(dtype: type) -> None:
     """Failure signature: wrapped values (e.g. 300 -> 44) or INT_MIN garbage from a float ->
     int conversion of |x/scale| >= 2^31 before the clamp."""
     info = np.iinfo(dtype)
@@ -128,21 +113,21 @@ def test_quantize_native_saturates_and_handles_infinities(dtype: type, each_isa)
     zp = np.array([3])
     expected = reference_quantize(x, scale, zp, 1, dtype)
     assert expected.min() == info.min and expected.max() == info.max
-    each_isa(lambda isa: assert_same(expected, native_quantize(x, scale, zp, 1, dtype), isa, x, scale, zp))
+    every_isa(lambda isa: assert_same(expected, native_quantize(x, scale, zp, 1, dtype), isa, x, scale, zp))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_quantize_native_nan_matches_reference(dtype: type, each_isa) -> None:
+def test_quantize_native_nan_matches_reference(dtype: type) -> None:
     """NaN -> qmin in every ISA variant, as the reference and ONNX Runtime (the spec
     leaves it undefined). 19 values: a full AVX2 / AVX-512 block plus a tail."""
     x = np.array([np.nan, 1.0, np.nan] + [2.0] * 15 + [np.nan], np.float32)
     scale, zp = np.array([0.5], np.float32), np.array([7])
     expected = reference_quantize(x, scale, zp, 1, dtype)
     assert expected[0] == np.iinfo(dtype).min
-    each_isa(lambda isa: assert_same(expected, native_quantize(x, scale, zp, 1, dtype), isa, x, scale, zp))
+    every_isa(lambda isa: assert_same(expected, native_quantize(x, scale, zp, 1, dtype), isa, x, scale, zp))
 
 
-def test_quantize_native_per_axis_distinct_channels(each_isa) -> None:
+def test_quantize_native_per_axis_distinct_channels() -> None:
     """Per-axis on axis 1 of [2, 3, 5]: scales {2.0, 3.0, 4.0}, zero points {10, 20, 30}
     (MLIR's per-axis example): a per-tensor or wrong-axis implementation differs."""
     rng = np.random.default_rng(1)
@@ -150,7 +135,7 @@ def test_quantize_native_per_axis_distinct_channels(each_isa) -> None:
     scale = np.array([2.0, 3.0, 4.0], np.float32)
     zp = np.array([10, 20, 30])
     expected = reference_quantize(x, scale, zp, 1, np.int8)
-    each_isa(lambda isa: assert_same(expected, native_quantize(x, scale, zp, 1, np.int8), isa, x, scale, zp))
+    every_isa(lambda isa: assert_same(expected, native_quantize(x, scale, zp, 1, np.int8), isa, x, scale, zp))
 
 
 #: row lengths with reasons: 1 (a lone element), 15/16/17 (one 16-lane block ± 1), 63/65
@@ -227,7 +212,7 @@ def test_quantize_native_row_lengths_every_isa_and_threads(d, rows, scale, seed,
         _native.clear_isa()
 
 
-def test_quantize_native_threads_and_out_buffer(each_isa) -> None:
+def test_quantize_native_threads_and_out_buffer() -> None:
     """Large enough for several thread chunks (2^15 elements each, per-axis runs crossing
     chunk edges): threads 1 and 2 give the same bytes; out= is written and returned;
     a bad out= is refused with a message naming it."""
@@ -244,7 +229,7 @@ def test_quantize_native_threads_and_out_buffer(each_isa) -> None:
             assert got is out
             assert_same(expected, out, f"{isa} threads={threads}", x, scale, zp)
 
-    each_isa(check)
+    every_isa(check)
     for bad, message in [
         (np.zeros(x.shape, np.uint8), "quantize_linear: out: expected dtype int8"),
         (np.zeros((3, 7), np.int8), "quantize_linear: out: expected the shape of x"),
