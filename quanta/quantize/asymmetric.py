@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from quanta.quantize.rounding import RoundedLayer, conv_rows, gptq_round_groups
+from quanta.quantize.rounding import RoundedLayer, chosen_weights, conv_rows, gptq_round_groups
 
 if TYPE_CHECKING:
     from quanta.ir.graph import Model
@@ -148,7 +148,7 @@ def solve(
     return np.where(wins[..., None], new, old).reshape(rows, k)
 
 
-def _clone_with_qdq(model: Model, plan: QdqPlan) -> tuple[Model, dict[int, Any]]:
+def clone_with_qdq(model: Model, plan: QdqPlan) -> tuple[Model, dict[int, Any]]:
     """A copy of the float ``model`` with ``plan``'s Q/DQ inserted as the file will have
     them (the plan's parameters, integers and corrected biases), and the copy's node for
     each of ``model``'s top-level nodes (by id)."""
@@ -231,37 +231,23 @@ def reconstruct(model: Model, plan: QdqPlan, recipe: Recipe, feeds: Callable[[],
 
     from quanta.calibrate.runner import compile_executor
     from quanta.ir.onnx_io import from_proto, to_proto
-    from quanta.quantize.params import quant_range
-    from quanta.quantize.qdq import seven_bit
 
     graph = model.graph
     by_name = {v.name: v for v in graph.values()}
-    top = {id(n) for n in graph.nodes}
     jobs = []  # (decision, weight plan, weight, weight [rows, K], scale [rows], grid)
-    for d in plan.decisions:
-        roles = dict(d.inputs)
-        if not d.quantize or 0 not in roles or 1 not in roles or id(d.node) not in top:
-            continue
-        t = plan.tensors[roles[1]]
-        q = t.qtype
-        w_v = by_name.get(t.name)
-        if t.codes is None or q is None or q.block is not None or w_v is None or w_v.const is None:
-            continue
-        if len(list(w_v.consumers())) != 1 or np.any(np.asarray(q.zero_point_array()) != 0):
-            continue  # a weight several layers read keeps GPTQ's integers
+    for d, t, w_v, grid in chosen_weights(model, plan, recipe):
         w = np.asarray(w_v.const, np.float64)
         shape = RoundedLayer(d.node, "", "", w)
         w2 = shape.rows_2d(w)
-        scale = np.asarray(q.scale_array(), np.float64).reshape(-1)
+        scale = np.asarray(t.qtype.scale_array(), np.float64).reshape(-1)
         if scale.size == 1:
             scale = np.full(w2.shape[0], scale[0])
         elif scale.size != w2.shape[0]:
             continue
-        qmin, qmax = quant_range(q.storage, symmetric=True, reduce_range=seven_bit(t, recipe))
-        jobs.append((d, t, w, w2, scale, (qmin, qmax)))
+        jobs.append((d, t, w, w2, scale, grid))
     solved = 0
     for d, t, w, w2, scale, (qmin, qmax) in jobs:
-        alt, where = _clone_with_qdq(model, plan)
+        alt, where = clone_with_qdq(model, plan)
         x_fp = d.node.inputs[0].name
         x_q = where[id(d.node)].inputs[0].name
         layer = PairedLayer(d.node, w, x_fp, x_q)

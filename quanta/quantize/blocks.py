@@ -565,34 +565,21 @@ def learn_block_rounding(
 
 
 def _weights(model: Model, plan: QdqPlan, recipe: Recipe) -> dict[int, tuple[TensorPlan, int, int]]:
-    """The float graph's Convs whose weight integers were chosen (``TensorPlan.codes``), with
-    per-output-channel (axis 0) or per-tensor symmetric int scales, by node id."""
+    """The Convs among ``rounding.chosen_weights`` that the block forward and backward
+    take: a 4-d integer weight, per output channel (axis 0) or per tensor, no dilation;
+    ``(weight plan, qmin, qmax)`` by node id."""
     from quanta.ir.types import IntType
-    from quanta.quantize.params import quant_range
-    from quanta.quantize.qdq import seven_bit
+    from quanta.quantize.rounding import chosen_weights
 
-    graph = model.graph
-    by_name = {v.name: v for v in graph.values()}
     out: dict[int, tuple[TensorPlan, int, int]] = {}
-    for d in plan.decisions:
-        roles = dict(d.inputs)
-        if not d.quantize or d.node.op_type != "Conv" or 1 not in roles:
-            continue
-        t = plan.tensors[roles[1]]
+    for d, t, w_v, (qmin, qmax) in chosen_weights(model, plan, recipe):
         q = t.qtype
-        w_v = by_name.get(t.name)
-        if t.codes is None or q is None or q.block is not None or w_v is None or w_v.const is None:
-            continue
-        if len(w_v.consumers()) != 1 or np.any(np.asarray(q.zero_point_array()) != 0):
-            continue
-        if np.asarray(w_v.const).ndim != 4 or (q.axis not in (None, 0)):
+        if d.node.op_type != "Conv" or np.asarray(w_v.const).ndim != 4 or q.axis not in (None, 0):
             continue
         if any(int(d_) != 1 for d_ in d.node.attrs.get("dilations", [1, 1])):
             continue
-        if not isinstance(q.storage, IntType):
-            continue
-        qmin, qmax = quant_range(q.storage, symmetric=True, reduce_range=seven_bit(t, recipe))
-        out[id(d.node)] = (t, qmin, qmax)
+        if isinstance(q.storage, IntType):
+            out[id(d.node)] = (t, qmin, qmax)
     return out
 
 
@@ -627,7 +614,7 @@ def reconstruct_blocks(
     correction, before insert_qdq): each learned Conv's integers go into
     ``TensorPlan.codes``. ``feeds()`` iterates the calibration feeds (complete). Returns
     the number of blocks whose learned integers were kept."""
-    from quanta.quantize.asymmetric import _clone_with_qdq
+    from quanta.quantize.asymmetric import clone_with_qdq
 
     options = options or DEFAULT_OPTIONS
     graph = model.graph
@@ -636,7 +623,7 @@ def reconstruct_blocks(
     parts = partition_blocks(list(graph.nodes), inputs, set(layers))
     if not parts:
         return 0
-    alt, where = _clone_with_qdq(model, plan)
+    alt, where = clone_with_qdq(model, plan)
     back = {id(n2): n for n in graph.nodes for n2 in [where.get(id(n))] if n2 is not None}
     blocks: list[Block] = []
     for src, dst, _ in parts:

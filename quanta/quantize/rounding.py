@@ -871,6 +871,34 @@ def _apply_rounding(graph, plan, layers: list[RoundedLayer], recipe: Recipe) -> 
 NARROW_GRIDS: tuple[int, ...] = (64,)
 
 
+def chosen_weights(model, plan, recipe: Recipe) -> list[tuple]:
+    """The top-level layers whose weight integers were chosen (``TensorPlan.codes`` set),
+    a constant weight only that layer reads, symmetric (zero points 0), not per block, in
+    the plan's order: ``(decision, weight plan, weight value, (qmin, qmax))``. What GPTAQ
+    (eqs. (12g)-(12j)) and the block reconstruction (eqs. (12p)-(12t)) may choose again: a
+    weight several layers read keeps GPTQ's integers."""
+    from quanta.quantize.params import quant_range
+    from quanta.quantize.qdq import seven_bit
+
+    graph = model.graph
+    by_name = {v.name: v for v in graph.values()}
+    top = {id(n) for n in graph.nodes}
+    out = []
+    for d in plan.decisions:
+        roles = dict(d.inputs)
+        if not d.quantize or 0 not in roles or 1 not in roles or id(d.node) not in top:
+            continue
+        t = plan.tensors[roles[1]]
+        q = t.qtype
+        w_v = by_name.get(t.name)
+        if t.codes is None or q is None or q.block is not None or w_v is None or w_v.const is None:
+            continue
+        if len(list(w_v.consumers())) != 1 or np.any(np.asarray(q.zero_point_array()) != 0):
+            continue
+        out.append((d, t, w_v, quant_range(q.storage, symmetric=True, reduce_range=seven_bit(t, recipe))))
+    return out
+
+
 def _narrow_rows(
     w: np.ndarray,
     s: np.ndarray,
