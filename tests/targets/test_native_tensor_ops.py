@@ -437,6 +437,50 @@ def test_cast_between_float32_and_float16_is_numpys_conversion():
     run_both("Cast", [y], {"to": TensorProto.FLOAT})
 
 
+@pytest.mark.parametrize("dtype", [np.int16, np.uint16])
+@pytest.mark.parametrize("shape", [(17,), (3, 67), (1, 1, 48001)])
+def test_cast_of_16bit_integers_to_float32_is_exact(dtype, shape):
+    # int16 audio read by a Cast (MarbleNet's input): every code, the extremes included,
+    # is its exact float32 value, as astype gives it
+    info = np.iinfo(dtype)
+    x = np.random.default_rng(29).integers(info.min, info.max + 1, shape).astype(dtype)
+    x.reshape(-1)[:3] = [info.min, info.max, 0]
+    y = run_both("Cast", [x], {"to": TensorProto.FLOAT})
+    assert y.reshape(-1)[:2].tolist() == [info.min, info.max]
+
+
+def test_cast_of_a_16bit_scalar_hands_it_to_the_twin():
+    # the binding writes a [1] array for a rank-0 input: the kernel hands a scalar to the
+    # twin instead, which keeps its rank
+    kernel, _ = bind("Cast", [np.zeros((), np.int16)], {"to": TensorProto.FLOAT})
+    got = kernel.fn(KernelContext(opset=21), np.array(-7, np.int16), to=TensorProto.FLOAT, **kernel.params)
+    assert got.shape == () and got.dtype == F32 and float(got) == -7.0
+
+
+def test_session_runs_an_int16_audio_cast_natively():
+    """Failure signature: MarbleNet's ``Cast(audio: int16)`` ran its NumPy twin in every
+    run (``quanta bench`` listed one reference step: "native Cast takes float32/64,
+    (u)int8, int32/64 or bool, got int16")."""
+    from quanta.cli.bench import reference_steps
+
+    g = helper.make_graph(
+        [
+            helper.make_node("Cast", ["audio"], ["f"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["f", "k"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("audio", TensorProto.INT16, [1, 1, "n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor("k", TensorProto.FLOAT, [], [1 / 32768])],
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    sess = quanta.InferenceSession(proto.SerializeToString())
+    x = np.random.default_rng(3).integers(-32768, 32768, (1, 1, 4001)).astype(np.int16)
+    for _ in range(2):  # the second run takes the specialized call
+        np.testing.assert_array_equal(sess.run(None, {"audio": x})[0], x.astype(F32) * F32(1 / 32768))
+    assert reference_steps(sess.plan) == []
+
+
 def test_cast_to_float16_from_another_type_falls_back_with_reason():
     # float64 -> float16 must round once (float64 -> float32 -> float16 may round twice)
     kernel, reason = bind("Cast", [np.zeros(2, np.float64)], {"to": TensorProto.FLOAT16})

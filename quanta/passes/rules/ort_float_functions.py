@@ -8,6 +8,8 @@ Rules (each replaces the ONNX function by ORT's computation of it)::
     %y.. = GRU(%x: f32, ...)  -> %y.. = quanta::OrtGRU(...)     GruToOrtGru
     %y = Conv(DQ(%x), DQ(w), b?)   (a group ORT does not fuse)   ConvToMlasConv
                           -> %y = quanta::MlasConv(DQ(%x), DQ(w), b?, threads=T)
+    %y = Conv(%x: f32, w: f32 constant, b?)   (1-D, eq. (HB1))  ConvToMlasConv
+                          -> %y = quanta::MlasConv(%x, w, b?, threads=T)
     %y = ReduceMean|ReduceSum(%x: f32, axes?)                    ReduceToOrtReduce
                           -> %y = quanta::OrtReduceMean|OrtReduceSum(%x)   axes: the trailing ones
     %y = Q(Conv(DQ(%xq), DQ(wq: i8), DQ(b)?))   (a group ORT fuses)   QdqConvToMlasQLinearConv
@@ -76,9 +78,13 @@ K blocks and M = 1 kernel (:mod:`quanta.kernels.reference.mlas_conv`, docs/float
 by 1 on 1e-6..2e-4 of a group's outputs, which deep networks grow (nudenet_320n's
 per-channel symmetric file: 16 output steps). ``quanta::MlasConv`` computes that float
 Conv bit for bit; its ``threads`` attribute is ORT's intra-op thread count, which chooses
-MLAS's schedule (the session's own). Only a Conv whose x and w both come from
-DequantizeLinear is rewritten: a float weight is ORT's NCHWc Conv (another order, not
-modelled).
+MLAS's schedule (the session's own). A Conv whose x and w both come from
+DequantizeLinear is rewritten, and a float 1-D Conv with a constant float32 weight
+(eq. (HB1): ORT's NCHWc rewrite takes 4-D Convs only, so ORT runs it as MlasConv; hibari's
+TTS, quantized by ``quantize_dynamic``, keeps a depthwise Conv1d float before each
+DynamicQuantizeLinear, and quanta's exact sums there moved its duration codes until its
+output had 776 frames where ORT's had 778). A float 2-D Conv with a constant weight is
+ORT's NCHWc Conv (another order, not modelled).
 
 Refused: an input whose element type is known and not float32 (MLAS computes float32
 only; ORT's double Sigmoid is Eigen's, which this does not model).
@@ -792,13 +798,19 @@ class ConvToMlasConv(Rule):
     def check(self, m: Match) -> Match | NoMatch:
         conv, x, w, y = m.root, m["x"], m["w"], m["y"]
         sx, sw = _dq_storage(x), _dq_storage(w)
-        if sx is None or sw is None:
-            return NoMatch("x or w does not come from a DequantizeLinear (not a QDQ Conv group)")
+        # a float 1-D Conv with a constant weight is ORT's MlasConv too (eq. (HB1))
+        wc = _constant(w) if sx is None and sw is None else None
+        float_conv = wc is not None and wc.dtype == np.float32 and wc.ndim == 3 and _is_f32(x)
+        if (sx is None or sw is None) and not float_conv:
+            return NoMatch(
+                "x or w does not come from a DequantizeLinear (not a QDQ Conv group), and it is "
+                "not a float 1-D Conv with a constant float32 weight"
+            )
         bias = conv.inputs[2] if len(conv.inputs) > 2 else None
         uses = list(y.uses)
         q = uses[0][0] if len(uses) == 1 else None
         graph_output = any(o is y for o in m.graph.outputs)
-        if q is not None and q.op_type == "QuantizeLinear" and not graph_output:
+        if not float_conv and q is not None and q.op_type == "QuantizeLinear" and not graph_output:
             sy = _q_storage(q.outputs[0])
             sb = _dq_storage(bias) if bias is not None else IntType(32, True)
             # QDQS8ToU8Transformer first turns a lone int8 Q -> DQ pair into uint8

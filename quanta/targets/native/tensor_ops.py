@@ -249,9 +249,42 @@ def _cast_half_specialized(sig: Specialization, **attrs: Any) -> Callable[..., A
     return guarded(lambda x: cast_half(x, threads, out), _cast_half, attrs, out)
 
 
+#: (u)int16 -> float32: the native DequantizeLinear with scale 1 and zero point 0, whose
+#: f32((x − 0) · 1) is the exact float32 value of every 16-bit integer, as astype is (int16
+#: audio read by a Cast: MarbleNet's input)
+_WIDE_INT_CASTS = frozenset({(np.dtype(np.int16), F32), (np.dtype(np.uint16), F32)})
+_UNIT_SCALE, _ZERO_POINT = np.ones(1, np.float32), np.zeros(1, np.int32)
+
+
+@_with_fallback("Cast")
+def _cast_wide_int(ctx: Any, x: Any, *, out: Any, to: int, saturate: int = 1, round_mode: str = "up"):
+    """Cast int16 / uint16 -> float32, exact (_WIDE_INT_CASTS)."""
+    del saturate, round_mode  # they apply to float8 / e8m0 targets only
+    if not isinstance(x, np.ndarray) or (x.dtype, onnx_dtype(to)) not in _WIDE_INT_CASTS or x.ndim == 0:
+        raise _Unsupported  # a scalar: the binding writes [1]
+    x = np.ascontiguousarray(x)
+    return _native().dequantize_linear(x, _UNIT_SCALE, _ZERO_POINT, 0, _threads(ctx), out)
+
+
+@shape_free
+def _cast_wide_int_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """The binding with the unit scale, the thread count and the output bound."""
+    if (sig.dtypes[0], onnx_dtype(attrs.get("to", -1))) not in _WIDE_INT_CASTS:
+        return None
+    dq, threads, out = _native().dequantize_linear, step_threads(sig), sig.out
+
+    def call(x: np.ndarray) -> np.ndarray:
+        if x.ndim == 0:  # the binding writes [1]: the generic kernel hands it to the twin
+            raise ValueError("cast: a scalar")
+        return dq(x, _UNIT_SCALE, _ZERO_POINT, 0, threads, out)
+
+    return guarded(call, _cast_wide_int, attrs, out, recordable=True)
+
+
 @register_binder("Cast")
 def bind_cast(model: Model, node: Node) -> tuple[Kernel | None, str]:
-    """Cast between float32/64, (u)int8, int32/64 and bool, and float32 <-> float16."""
+    """Cast between float32/64, (u)int8, int32/64 and bool, float32 <-> float16, and
+    (u)int16 -> float32."""
     del model  # unused
     try:
         dtype = onnx_dtype(node.attrs.get("to", -1))
@@ -259,6 +292,8 @@ def bind_cast(model: Model, node: Node) -> tuple[Kernel | None, str]:
         return None, f"Cast to {node.attrs.get('to')!r} has no native kernel"
     if (_dtype(node.input(0)), dtype) in _HALF_CASTS:
         return _kernel(_cast_half, f"cast_{dtype}", specialize=_cast_half_specialized)
+    if (_dtype(node.input(0)), dtype) in _WIDE_INT_CASTS:
+        return _kernel(_cast_wide_int, f"cast_{dtype}", specialize=_cast_wide_int_specialized)
     if dtype not in NATIVE_DTYPES:
         return None, (
             f"native Cast writes float32/64, (u)int8, int32/64 or bool (float16 from float32 only), not {dtype}"

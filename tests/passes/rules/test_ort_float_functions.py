@@ -746,3 +746,93 @@ def test_conv_rule_runs_only_with_a_thread_count():
     model = load(qdq_conv_proto(TensorProto.INT8))
     run_passes(model, [OrtFloatFunctions()])
     assert "MlasConv" not in [n.op_type for n in model.graph.nodes]
+
+
+def float_conv1d_proto(rank: int = 1, producer: str = "onnx.quantize"):
+    """The float front of a transformer block as ORT's ``quantize_dynamic`` leaves it (a
+    TTS text encoder: Transpose -> depthwise Conv1d -> Conv1d), weights float32 constants:
+    x [1, 301, 17] -> a depthwise Conv (group 17, kernel 5, pads 2, bias) -> a Conv of 7
+    filters over 17 channels x 17 taps (K = 289), stride 2, pads 8. ``rank=2``: the same
+    as 2-D Convs over [1, 17, 1, 301]."""
+    rng = np.random.default_rng(29)
+    lead = [1] * (rank - 1)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal([17, 1, *lead, 5]).astype(np.float32) * 0.4, "w1"),
+        numpy_helper.from_array(rng.uniform(-0.3, 0.3, 17).astype(np.float32), "b1"),
+        numpy_helper.from_array(rng.standard_normal([7, 17, *lead, 17]).astype(np.float32) * 0.1, "w2"),
+    ]
+    pad1, pad2 = [0] * (rank - 1) + [2], [0] * (rank - 1) + [8]
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]),
+        helper.make_node("Reshape", ["xt", "shape"], ["xr"]) if rank == 2 else None,
+        helper.make_node(
+            "Conv", ["xr" if rank == 2 else "xt", "w1", "b1"], ["dw"], group=17, pads=pad1 * 2, name="dw"
+        ),
+        helper.make_node(
+            "Conv", ["dw", "w2"], ["y"], strides=[1] * (rank - 1) + [2], pads=pad2 * 2, name="pw"
+        ),
+    ]
+    if rank == 2:
+        inits.append(numpy_helper.from_array(np.array([1, 17, 1, 301], np.int64), "shape"))
+    g = helper.make_graph(
+        [n for n in nodes if n is not None],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 301, 17])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.producer_name = producer
+    return m
+
+
+def conv1d_feed():
+    return {"x": (np.random.default_rng(30).standard_normal((1, 301, 17)) * 2.1).astype(np.float32)}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_float_conv1d_with_constant_weight_becomes_mlas_conv_bit_exact_with_onnxruntime(threads):
+    """Failure signature: a file ORT's ``quantize_dynamic`` wrote keeps its 1-D Convs float
+    (float32 weights), and a DynamicQuantizeLinear after them picks its scale from their
+    last bits: hibari's TTS (a depthwise Conv1d in each text-encoder block) ran with
+    quanta's exact sums to 776 spectral frames where ORT made 778 (every output shape
+    differed). ORT runs a 1-D float Conv as MlasConv in every optimization level (its NCHWc
+    rewrite takes 4-D Convs only); the rule now rewrites such a Conv too, and the session
+    equals ORT bit for bit, where ONNX's exact sum does not."""
+    from quanta.quantize.ort_saturation import onnxruntime_float_orders_modelled
+
+    proto = float_conv1d_proto()
+    model = load(proto)
+    run_passes(model, [OrtFloatFunctions(threads=threads)])
+    assert [n.op_type for n in model.graph.nodes].count("MlasConv") == 2
+    if not onnxruntime_float_orders_modelled():
+        pytest.skip("this host's ORT SGEMM is not MLAS's FMA3 kernel the twins model")
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.log_severity_level = 3
+    want = ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
+        None, conv1d_feed()
+    )[0]
+    for backend in ("native", "reference"):
+        qso = SessionOptions(float_functions="auto")
+        qso.intra_op_num_threads = threads
+        got = InferenceSession(proto.SerializeToString(), qso, backend=backend).run(None, conv1d_feed())[0]
+        np.testing.assert_array_equal(got, want)
+    exact = InferenceSession(proto.SerializeToString(), SessionOptions(float_functions="onnx")).run(
+        None, conv1d_feed()
+    )[0]
+    assert np.count_nonzero(exact != want) > 0  # the rewrite is what makes them equal
+
+
+def test_float_2d_conv_is_left_with_its_reason():
+    """A float 2-D Conv with a constant weight is ORT's NCHWc Conv after its optimizer
+    (another order, not modelled): it keeps quanta's arithmetic, with the reason."""
+    p = OrtFloatFunctions(threads=2)
+    model = load(float_conv1d_proto(rank=2))
+    run_passes(model, [p])
+    assert "MlasConv" not in [n.op_type for n in model.graph.nodes]
+    reasons = {r.reason for r in p.why_not("ConvToMlasConv")}
+    assert reasons == {
+        "x or w does not come from a DequantizeLinear (not a QDQ Conv group), and it is not a float "
+        "1-D Conv with a constant float32 weight"
+    }
