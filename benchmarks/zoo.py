@@ -470,22 +470,16 @@ def metric(kind: str, ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) 
         sq = sqnr_db(r, g)
         text = f"tables = {eq:.0f}%, TER {ter:.1f}%, boxes SQNR {sq:.1f} dB"
         return {"score": eq, "tables_eq": eq, "ter": ter, "box_sqnr_db": sq, "text": text}
-    if kind == "pooled":  # the sentence vector (the last output): cosine per sentence
-        cos = []
-        for a, b in zip(ref, got, strict=True):
-            ea, eb = a[-1].astype(np.float64), b[-1].astype(np.float64)
-            cos += list((ea * eb).sum(1) / np.linalg.norm(ea, axis=1) / np.linalg.norm(eb, axis=1))
-        return {
-            "score": 100 * float(np.mean(cos)),
-            "cos_mean": float(np.mean(cos)),
-            "cos_min": float(np.min(cos)),
-            "text": f"cos {np.mean(cos):.4f} (min {np.min(cos):.4f})",
-        }
-    if kind == "embedding":
-        cos = []
-        for (a,), (b,), mask in zip(ref, got, MASKS, strict=True):
-            m = mask[..., None].astype(np.float64)
-            ea, eb = (a * m).sum(1) / m.sum(1), (b * m).sum(1) / m.sum(1)
+    if kind in ("pooled", "embedding"):
+        # embedding: mean-pooled over the attention mask here; pooled: the sentence vector
+        # the graph pools itself (its last output)
+        cos: list[float] = []
+        for a, b, mask in zip(ref, got, MASKS if kind == "embedding" else [None] * len(ref), strict=True):
+            if mask is None:
+                ea, eb = a[-1].astype(np.float64), b[-1].astype(np.float64)
+            else:
+                m = mask[..., None].astype(np.float64)
+                ea, eb = (a[0] * m).sum(1) / m.sum(1), (b[0] * m).sum(1) / m.sum(1)
             cos += list((ea * eb).sum(1) / np.linalg.norm(ea, axis=1) / np.linalg.norm(eb, axis=1))
         return {
             "score": 100 * float(np.mean(cos)),
