@@ -117,7 +117,7 @@ using GapBlockFn = void (*)(const float* x, int64_t hw, float* y);
 // Output rows of at least kWideRow pixels (and the flat lines of a 1x1 convolution) group
 // the output blocks by Kernels::max_nb; narrower rows by the widest block count that has
 // tiles (max_p[nb − 1] > 0), whose tiles keep more chains per pixel where a row's interior
-// is a few pixels (AVX2, one thread, 512 -> 512 3x3: at 5 x 5 3 × 2 tiles 1.9 ms, 6 × 1
+// is a few pixels (AVX2, one thread, a plain compile, 512 -> 512 3x3: at 5 x 5 3 × 2 tiles 1.9 ms, 6 × 1
 // tiles 2.2 ms; at 6 x 6 3.3 ms and 2.7 ms).
 constexpr int64_t kWideRow = 6;
 

@@ -1,13 +1,10 @@
 // AVX2 + FMA NCHW16c micro-kernels (contract: nchwc.h): a 16-channel block is two ymm; a
 // group-1 tile holds up to 6 pixels × 1 output block (12 accumulators, 2 weight vectors,
 // 1 broadcast of the 16 ymm registers) or 3 pixels × 2 blocks. Rows of at least kWideRow
-// pixels take the 6 × 1 tiles (max_nb 1): on Zen 3, one thread, 96 -> 96 3x3 at 104 x 104
-// runs 22.8 ms as 3 × 2 tiles and 19.9 ms as 6 × 1 (39 and 45 of a measured 51 GMAC/s
-// peak). The 3 × 2 lane step has 12 accumulators, 4 weight vectors and a broadcast for 16
-// ymm, and GCC folds one weight vector into 3 fmas as a memory operand (the generated
-// code); the 6 × 1 step keeps its 2 weight vectors in registers. Which of the two costs
-// the time was not isolated (no hardware counters here). Narrower rows keep 3 × 2
-// (nchwc.h kWideRow).
+// pixels take the 6 × 1 tiles (max_nb 1): on Zen 3, one thread, they took 0.78-0.94x the
+// 3 × 2 tiles' time on most layers measured (1x1 layers, 3x3 at 7 x 7 to 60 x 60), about
+// the same on 96 -> 96 3x3 at 52 x 52 and 104 x 104, 1.03x at 26 x 26 (docs/kernels.md,
+// NCHW16c). Narrower rows keep 3 × 2 (nchwc.h kWideRow).
 #include <immintrin.h>
 
 #include "nchwc/nchwc.h"
