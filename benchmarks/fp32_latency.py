@@ -65,7 +65,16 @@ def _ort_session(path: str) -> ort.InferenceSession:
 
 
 def model_path(name: str) -> str:
-    models = zoodata.cache_dir(None) / "models"
+    cache = zoodata.cache_dir(None)
+    # the manifest's path when it lists the model: fetch.py names some files otherwise than
+    # the member (nucseg_czann's member is inside a .czseg archive, its file is
+    # nucseg_czann.onnx)
+    manifest = cache / "manifest.json"
+    if manifest.exists():
+        listed = {e["name"]: e["path"] for e in json.loads(manifest.read_text())["models"]}
+        if name in listed:
+            return str(cache / listed[name])
+    models = cache / "models"
     # a model shipped with files of its own (slovorez's config) has a folder: fetch.py
     # keeps the wheel's file name there
     spec = next((s for s in zoodata.SPECS if s.name == name and s.data), None)

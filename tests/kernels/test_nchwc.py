@@ -576,13 +576,19 @@ def test_k_by_1_of_a_column_is_its_1_by_k_twins_bytes(c, h, m, k, stride, dil, p
         (17, 32, 3, 3, (1, 1), (1, 1), (1, 1, 1, 1), (0.0, INF), ""),  # interior 1: all borders
         (24, 32, 30, 30, (1, 1), (1, 1), (1, 1, 1, 1), (0.0, INF), ""),  # interior 28
         (40, 17, 8, 60, (1, 1), (1, 1), (1, 1, 1, 1), (-INF, INF), "SiLU"),  # one block, interior 58
+        # either side of nchwc.h kWideRow (AVX2: 3 x 2 tiles on rows of 5, 6 x 1 on rows of 6)
+        (17, 48, 7, 5, (1, 1), (1, 1), (1, 1, 1, 1), (-INF, INF), ""),  # 5 columns, 2 + 1 blocks
+        (40, 33, 6, 6, (1, 1), (1, 1), (1, 1, 1, 1), (-1.0, 1.0), "SiLU"),  # 6 columns, 3 blocks, 2 passes
+        (7, 64, 9, 11, (2, 2), (1, 1), (1, 1, 1, 1), (0.0, INF), ""),  # stride 2: 6 columns, 4 blocks
+        (33, 48, 6, 10, (2, 2), (1, 1), (1, 0, 1, 1), (-INF, INF), "HardSwish"),  # stride 2: 5 columns
     ],
 )
 def test_group_1_gives_the_same_bytes_on_every_isa(c, m, h, w, strides, dilations, pads, clamp, post) -> None:
     """Every ISA runs the same per-element chains (input channel block, ky, kx, lane; then
-    the bias, the clamp, the post op), whatever its tiles: 3 pixels x 2 output blocks,
-    6 x 1 for a last odd block, border pairs and input channel passes with the next pass's
-    weights prefetched on AVX2; one pixel x one block on the portable kernels, which state
+    the bias, the clamp, the post op), whatever its tiles: on AVX2 6 pixels x 1 output
+    block on rows of at least 6 pixels, 3 x 2 (and 6 x 1 for a last odd block) on narrower
+    ones, border pairs and input channel passes with the next pass's weights prefetched;
+    one pixel x one block on the portable kernels, which state
     the order in scalar std::fma steps. So
     the bytes do not depend on the ISA, nor on the thread count; each is also within (FG1)
     of float64 (check_conv)."""
@@ -673,6 +679,7 @@ def test_narrow_rows_give_the_pair_and_tile_bytes(
         (1, 3, 32, 9, 9, True, "", False),  # plain input planes (a stem's lane stride)
         (1, 17, 17, 3, 2, False, "SiLU", True),  # 6 pixels, rows of 2 (no row tile)
         (1, 7, 17, 11, 1, False, "", False),  # one column: the 1 x 11 twin
+        (1, 17, 48, 4, 4, False, "", False),  # rows of 4 as one line of 16: the wide rows' tiles
     ],
 )
 def test_pointwise_items_run_as_one_line(n, c, m, h, w, input_nchw, post, sum_) -> None:

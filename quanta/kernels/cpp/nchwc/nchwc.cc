@@ -176,14 +176,17 @@ void conv(const ConvGeom& geom, const float* x, const float* w_packed, const flo
   const int64_t xs_cb = kBlock * plane;             // 16 channels: a block, or 16 planes
   const int64_t x_img = g.input_nchw ? g.c * plane : cbs * kBlock * plane;
   const int64_t y_img = mbs * kBlock * oplane;
-  const int64_t groups = g.depthwise ? mbs : (mbs + kr.max_nb - 1) / kr.max_nb;
+  int max_nb = kr.max_nb;  // nchwc.h kWideRow
+  if (!flat && g.ow < kWideRow)
+    while (max_nb < kMaxNb && kr.max_p[max_nb] > 0) ++max_nb;
+  const int64_t groups = g.depthwise ? mbs : (mbs + max_nb - 1) / max_nb;
   // Group 1: the input channel blocks run in passes whose weights (the group's output
   // blocks × the pass's input blocks × the taps) fit in L1 beside the input rows, over
   // items of several output rows (an output chunk that stays in L2 between passes), so a
   // pass's weights are read from L1 by every tile of those rows instead of streaming the
   // whole filter from L2 for each tile.
   constexpr int64_t kPassWeightBytes = 24 << 10, kItemOutBytes = 96 << 10;
-  const int64_t group_nb = std::min<int64_t>(kr.max_nb, mbs);
+  const int64_t group_nb = std::min<int64_t>(max_nb, mbs);
   const int64_t cb_pass =
       std::max<int64_t>(1, kPassWeightBytes / (group_nb * taps * kBlock * kBlock * int64_t{sizeof(float)}));
   const int64_t rows_per_item =
@@ -247,8 +250,8 @@ void conv(const ConvGeom& geom, const float* x, const float* w_packed, const flo
       if (post) sgemm::apply_post(*post, yrow, g.ow * kBlock);
       return;
     }
-    const int64_t ob0 = grp * kr.max_nb;
-    const int nb = static_cast<int>(std::min<int64_t>(kr.max_nb, mbs - ob0));
+    const int64_t ob0 = grp * max_nb;
+    const int nb = static_cast<int>(std::min<int64_t>(max_nb, mbs - ob0));
     const int max_p = kr.max_p[nb - 1];
     const int64_t oy1 = std::min(g.oh, oy + rows_per_item);
     ConvTile t;
@@ -293,7 +296,7 @@ void conv(const ConvGeom& geom, const float* x, const float* w_packed, const flo
       // row, took more time than the interior tiles).
       const int64_t next_cb = t.last ? 0 : cb0 + t.cbs;
       const int64_t next_ob = t.last && oy1 == g.oh ? ob0 + nb : ob0;
-      const int next_nb = static_cast<int>(std::min<int64_t>(kr.max_nb, mbs - next_ob));
+      const int next_nb = static_cast<int>(std::min<int64_t>(max_nb, mbs - next_ob));
       const int64_t next_floats = std::min(cb_pass, cbs - next_cb) * t.ws_cb;
       const int64_t next_lines = next_nb > 0 ? next_floats / 16 : 0;  // 64-byte lines per block
       const int64_t rows = oy1 - oy;

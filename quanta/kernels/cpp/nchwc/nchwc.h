@@ -114,10 +114,17 @@ using MaxPoolPlaneFn = void (*)(const float* x, const PoolGeom& g, float* y);
 // into partial sum i mod 16 in increasing i, then the fixed halving tree.
 using GapBlockFn = void (*)(const float* x, int64_t hw, float* y);
 
+// Output rows of at least kWideRow pixels (and the flat lines of a 1x1 convolution) group
+// the output blocks by Kernels::max_nb; narrower rows by the widest block count that has
+// tiles (max_p[nb − 1] > 0), whose tiles keep more chains per pixel where a row's interior
+// is a few pixels (AVX2, one thread, a plain compile, 512 -> 512 3x3: at 5 x 5 3 × 2 tiles 1.9 ms, 6 × 1
+// tiles 2.2 ms; at 6 x 6 3.3 ms and 2.7 ms).
+constexpr int64_t kWideRow = 6;
+
 struct Kernels {
   const char* isa;
   int max_p[kMaxNb];  // conv tile pixels per block count: tile[nb − 1][p − 1] non-null for p ≤ max_p[nb − 1]
-  int max_nb;
+  int max_nb;         // the group width on wide rows (kWideRow)
   ConvTileFn tile[kMaxNb][kMaxP];
   ConvPairFn pair[kMaxNb];  // pair[nb − 1]
   ConvRowFn row[kMaxNb];    // row[nb − 1]; null: rows of 2-3 pixels run as pairs and tiles

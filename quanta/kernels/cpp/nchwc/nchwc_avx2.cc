@@ -1,6 +1,10 @@
 // AVX2 + FMA NCHW16c micro-kernels (contract: nchwc.h): a 16-channel block is two ymm; a
 // group-1 tile holds up to 6 pixels × 1 output block (12 accumulators, 2 weight vectors,
-// 1 broadcast of the 16 ymm registers).
+// 1 broadcast of the 16 ymm registers) or 3 pixels × 2 blocks. Rows of at least kWideRow
+// pixels take the 6 × 1 tiles (max_nb 1): on Zen 3, one thread, they took 0.78-0.94x the
+// 3 × 2 tiles' time on most layers measured (1x1 layers, 3x3 at 7 x 7 to 60 x 60), about
+// the same on 96 -> 96 3x3 at 52 x 52 and 104 x 104, 1.03x at 26 x 26 (docs/kernels.md,
+// NCHW16c). Narrower rows keep 3 × 2 (nchwc.h kWideRow).
 #include <immintrin.h>
 
 #include "nchwc/nchwc.h"
@@ -45,7 +49,7 @@ struct O {
 extern const Kernels kKernelsAvx2 = {
     "avx2",
     {6, 3, 0, 0},
-    2,
+    1,
     {QUANTA_NCHWC_ROW(O, 1, 6), QUANTA_NCHWC_ROW(O, 2, 3), QUANTA_NCHWC_ROW(O, 3, 0), QUANTA_NCHWC_ROW(O, 4, 0)},
     QUANTA_NCHWC_PAIRS(O),
     QUANTA_NCHWC_ROWS(O),
