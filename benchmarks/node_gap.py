@@ -18,6 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import onnx
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -28,6 +29,31 @@ import reference_sweep
 from _timing import ort_kernel_medians
 
 import quanta
+from quanta.runtime.profile import ProfileSummary
+
+
+def profiles(
+    path: Path, feed: dict[str, np.ndarray], runs: int, threads: int = 1
+) -> tuple[ProfileSummary, dict[str, float], dict[str, str]]:
+    """Both engines' profiles of ``runs`` runs of ``path`` on ``feed`` (``threads``
+    intra-op threads): quanta's summary of every step, ORT's median kernel time per node
+    (us) and each node's operator type (``_timing.ort_kernel_medians``)."""
+    so = quanta.SessionOptions()
+    so.intra_op_num_threads = threads
+    sess = quanta.InferenceSession(str(path), sess_options=so, enable_profiling=True)
+    for _ in range(runs):
+        sess.run(None, feed)
+    summary = sess.profile_summary(1 << 20)
+    oso = ort.SessionOptions()
+    oso.intra_op_num_threads = threads
+    oso.log_severity_level = 3
+    oso.enable_profiling = True
+    oso.profile_file_prefix = str(Path(tempfile.gettempdir()) / "node_gap_ort")
+    o = ort.InferenceSession(str(path), oso, providers=["CPUExecutionProvider"])
+    for _ in range(runs):
+        o.run(None, feed)
+    ort_us, ops, _ = ort_kernel_medians(o.end_profiling())
+    return summary, ort_us, ops
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,20 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     path = Path(args.model).expanduser()
     so = quanta.SessionOptions()
     so.intra_op_num_threads = 1
-    sess = quanta.InferenceSession(str(path), sess_options=so, enable_profiling=True)
-    feed, source = reference_sweep.feed_for(path, sess)
-    for _ in range(args.runs):
-        sess.run(None, feed)
-    summary = sess.profile_summary(1 << 20)
-    oso = ort.SessionOptions()
-    oso.intra_op_num_threads = 1
-    oso.log_severity_level = 3
-    oso.enable_profiling = True
-    oso.profile_file_prefix = str(Path(tempfile.gettempdir()) / "node_gap_ort")
-    o = ort.InferenceSession(str(path), oso, providers=["CPUExecutionProvider"])
-    for _ in range(args.runs):
-        o.run(None, feed)
-    ort_us, ops, _ = ort_kernel_medians(o.end_profiling())
+    feed, source = reference_sweep.feed_for(path, quanta.InferenceSession(str(path), so))
+    summary, ort_us, ops = profiles(path, feed, args.runs)
     print(
         f"{path.name} (feed: {source}): quanta run {summary.run_us_per_run:.0f} us, "
         f"ORT's kernels {sum(ort_us.values()):.0f} us"
