@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -29,21 +30,49 @@ import reference_sweep
 from _timing import ort_kernel_medians
 
 import quanta
-from quanta.runtime.profile import ProfileSummary
+from quanta.runtime.profile import ProfileSummary, StepStat
+
+
+def without_warmup(summary: ProfileSummary, before: dict[int, StepStat], warmup: int) -> ProfileSummary:
+    """``summary`` of every profiled run less the first ``warmup`` runs, whose steps
+    ``before`` holds (a summary taken after them): a first run's one-time work (packing,
+    specializing, tuning) stays out of the per-run times."""
+    runs = summary.runs - warmup
+    steps = []
+    for s in summary.steps:
+        b = before.get(s.step)
+        total = s.total_us - (b.total_us if b else 0.0)
+        calls = s.calls - (b.calls if b else 0)
+        steps.append(replace(s, total_us=total, calls=calls, mean_us=total / calls if calls else 0.0))
+    all_us = sum(s.total_us for s in steps)
+    steps = [replace(s, share=s.total_us / all_us if all_us else 0.0) for s in steps]
+    per_run = all_us / runs if runs else 0.0
+    return ProfileSummary(
+        runs=runs,
+        steps=sorted(steps, key=lambda s: -s.total_us),
+        step_us_per_run=per_run,
+        # the executor's time between steps, per run, as over all the profiled runs
+        run_us_per_run=summary.overhead_us_per_run + per_run,
+        n_steps=summary.n_steps,
+    )
 
 
 def profiles(
-    path: Path, feed: dict[str, np.ndarray], runs: int, threads: int = 1
+    path: Path, feed: dict[str, np.ndarray], runs: int, threads: int = 1, warmup: int = 2
 ) -> tuple[ProfileSummary, dict[str, float], dict[str, str]]:
     """Both engines' profiles of ``runs`` runs of ``path`` on ``feed`` (``threads``
-    intra-op threads): quanta's summary of every step, ORT's median kernel time per node
-    (us) and each node's operator type (``_timing.ort_kernel_medians``)."""
+    intra-op threads) after ``warmup`` runs: quanta's summary of every step, ORT's median
+    kernel time per node (us) and each node's operator type
+    (``_timing.ort_kernel_medians``)."""
     so = quanta.SessionOptions()
     so.intra_op_num_threads = threads
     sess = quanta.InferenceSession(str(path), sess_options=so, enable_profiling=True)
+    for _ in range(warmup):
+        sess.run(None, feed)
+    before = {s.step: s for s in sess.profile_summary(1 << 20).steps}
     for _ in range(runs):
         sess.run(None, feed)
-    summary = sess.profile_summary(1 << 20)
+    summary = without_warmup(sess.profile_summary(1 << 20), before, warmup)
     oso = ort.SessionOptions()
     oso.intra_op_num_threads = threads
     oso.log_severity_level = 3
