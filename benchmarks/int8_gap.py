@@ -55,8 +55,10 @@ CLASSES = {
         "QLinearMatMulAdd",
         "NhwcQLinearConv",
         "QAttention",
+        "MlasQLinearConv",
+        "MatMulW4A8",
     },
-    "rnn": {"LSTM", "GRU", "RNN", "DynamicQuantizeLSTM", "DynamicQuantizeGRU"},
+    "rnn": {"LSTM", "GRU", "RNN", "DynamicQuantizeLSTM", "DynamicQuantizeGRU", "OrtLSTM", "OrtGRU"},
     "fconv": {
         "Conv",
         "ConvTranspose",
@@ -66,6 +68,12 @@ CLASSES = {
         "FusedMatMul",
         "FusedGemm",
         "NchwcConv",
+        "ConvNchwc",
+        "MlasConv",
+        "MlasMatMul",
+        "MatMulBias",
+        "MatMulW8",
+        "MatMulBf16",
     },
 }
 
@@ -103,7 +111,15 @@ def gap(path: Path, feed: dict, runs: int, ratio: float | None) -> dict:
     for us, key in slow_rest:
         merged[key] = merged.get(key, 0.0) + us
     top = sorted(merged.items(), key=lambda kv: -kv[1])[:4]
+    q_ops: dict[str, float] = {}
+    for s in summary.steps:
+        q_ops[s.op_type] = q_ops.get(s.op_type, 0.0) + s.mean_us
+    o_ops: dict[str, float] = {}
+    for n, us in ort_us.items():
+        o_ops[ops[n]] = o_ops.get(ops[n], 0.0) + us
     return {
+        "q_op_us": q_ops,
+        "o_op_us": o_ops,
         "ratio": r,
         "ratio_from": "cpu" if ratio is not None else "profile",
         "q_share": q_share,
