@@ -12,10 +12,11 @@ evaluation feed (``node_gap.profiles``), and each step's (node's) time goes to a
   MatMulInteger(ToFloat), ConvInteger, DynamicQuantizeMatMul and quanta's fused forms);
 - ``rnn``: recurrent layers (LSTM, GRU, their dynamic int8 forms);
 - ``fconv``: float Conv / ConvTranspose / MatMul / Gemm (float islands);
-- ``rest``: everything else, and quanta's executor time between steps.
+- ``rest``: everything else.
 
-The shares come from the profiles (wall clock: a shared machine inflates both engines'
-steps alike); the size of the gap comes from quanta / ORT thread-CPU time at 1 thread,
+The shares come from the profiles, each step's (node's) median over the runs in both
+engines (wall clock: a preempted run's milliseconds stay out of a median; the executor's
+time between steps is in R but in no class); the size of the gap comes from quanta / ORT thread-CPU time at 1 thread,
 ``R`` (``--latency``: int8_latency.py's ``--json``; else the profiles' run times). In
 units of ORT's run time, quanta's excess ``R - 1`` splits as
 
@@ -87,18 +88,20 @@ def op_class(op_type: str) -> str:
 def gap(path: Path, feed: dict, runs: int, ratio: float | None) -> dict:
     """Both engines' time by class (share of each engine's run) and the split of
     quanta's excess (module docstring) for one file."""
-    summary, ort_us, ops = node_gap.profiles(path, feed, runs)
+    summary, ort_us, ops, q_med = node_gap.profiles(path, feed, runs)
     q = {c: 0.0 for c in (*CLASSES, "rest")}
     slow_rest: list[tuple[float, str]] = []
     twins = []
+    q_ops: dict[str, float] = {}
     for s in summary.steps:
+        us = q_med.get(s.node.split(" ")[0], s.mean_us)  # the median (node_gap.quanta_step_medians)
         c = op_class(s.op_type)
-        q[c] += s.mean_us
+        q[c] += us
+        q_ops[s.op_type] = q_ops.get(s.op_type, 0.0) + us
         if c == "rest":
-            slow_rest.append((s.mean_us, f"{s.op_type} {s.kernel}"))
+            slow_rest.append((us, f"{s.op_type} {s.kernel}"))
         if s.kernel.startswith(("numpy:", "reference:")):
             twins.append(f"{s.kernel} {s.node[:40]}")
-    q["rest"] += max(summary.overhead_us_per_run, 0.0)  # the executor between steps
     o = {c: 0.0 for c in q}
     for n, us in ort_us.items():
         o[op_class(ops[n])] += us
@@ -111,9 +114,6 @@ def gap(path: Path, feed: dict, runs: int, ratio: float | None) -> dict:
     for us, key in slow_rest:
         merged[key] = merged.get(key, 0.0) + us
     top = sorted(merged.items(), key=lambda kv: -kv[1])[:4]
-    q_ops: dict[str, float] = {}
-    for s in summary.steps:
-        q_ops[s.op_type] = q_ops.get(s.op_type, 0.0) + s.mean_us
     o_ops: dict[str, float] = {}
     for n, us in ort_us.items():
         o_ops[ops[n]] = o_ops.get(ops[n], 0.0) + us

@@ -57,6 +57,14 @@ def without_warmup(summary: ProfileSummary, before: dict[int, StepStat], warmup:
     )
 
 
+def quanta_step_medians(sess: quanta.InferenceSession) -> dict[str, float]:
+    """Each quanta step's median time over the profiled runs (us, by node name; the
+    trace is ORT's format, so ``ort_kernel_medians`` reads it): on a loaded machine a
+    preempted run puts milliseconds into whichever step it hits, which a mean keeps."""
+    med, _, _ = ort_kernel_medians(sess.end_profiling())
+    return med
+
+
 def profiles(
     path: Path, feed: dict[str, np.ndarray], runs: int, threads: int = 1, warmup: int = 2
 ) -> tuple[ProfileSummary, dict[str, float], dict[str, str]]:
@@ -66,6 +74,7 @@ def profiles(
     (``_timing.ort_kernel_medians``)."""
     so = quanta.SessionOptions()
     so.intra_op_num_threads = threads
+    so.profile_file_prefix = str(Path(tempfile.gettempdir()) / "node_gap_quanta")
     sess = quanta.InferenceSession(str(path), sess_options=so, enable_profiling=True)
     for _ in range(warmup):
         sess.run(None, feed)
@@ -73,6 +82,7 @@ def profiles(
     for _ in range(runs):
         sess.run(None, feed)
     summary = without_warmup(sess.profile_summary(1 << 20), before, warmup)
+    q_med = quanta_step_medians(sess)
     oso = ort.SessionOptions()
     oso.intra_op_num_threads = threads
     oso.log_severity_level = 3
@@ -82,7 +92,7 @@ def profiles(
     for _ in range(runs):
         o.run(None, feed)
     ort_us, ops, _ = ort_kernel_medians(o.end_profiling())
-    return summary, ort_us, ops
+    return summary, ort_us, ops, q_med
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     so = quanta.SessionOptions()
     so.intra_op_num_threads = 1
     feed, source = reference_sweep.feed_for(path, quanta.InferenceSession(str(path), so))
-    summary, ort_us, ops = profiles(path, feed, args.runs)
+    summary, ort_us, ops, _ = profiles(path, feed, args.runs)
     print(
         f"{path.name} (feed: {source}): quanta run {summary.run_us_per_run:.0f} us, "
         f"ORT's kernels {sum(ort_us.values()):.0f} us"
