@@ -15,12 +15,13 @@ evaluation feed (``node_gap.profiles``), and each step's (node's) time goes to a
 - ``rest``: everything else.
 
 The shares come from the profiles, each step's (node's) median over the runs in both
-engines (wall clock: a preempted run's milliseconds stay out of a median; the executor's
-time between steps is in R but in no class); the size of the gap comes from quanta / ORT thread-CPU time at 1 thread,
-``R`` (``--latency``: int8_latency.py's ``--json``; else the profiles' run times). In
-units of ORT's run time, quanta's excess ``R - 1`` splits as
+engines (wall clock: a preempted run's milliseconds stay out of a median); the size of
+the gap comes from quanta / ORT thread-CPU time at 1 thread, ``R`` (``--latency``: int8_latency.py's ``--json``; else the profiles' kernel sums). In
+units of ORT's run time, with ``K`` = quanta's kernel time / ORT's (the medians' sums),
+quanta's excess ``R - 1`` splits as
 
-    excess_c = R · q_c - o_c          (q_c, o_c: class c's share of each engine's run)
+    excess_c       = K · q_c - o_c    (q_c, o_c: class c's share of each engine's kernel time)
+    excess_between = R - K            (outside the kernels: the executor's time between steps)
 
 summed over the classes. ``gemm`` and ``fconv`` are shown together (ORT runs as a float
 Conv some convolutions quanta runs in integer, when their output is not quantized), and
@@ -106,9 +107,12 @@ def gap(path: Path, feed: dict, runs: int, ratio: float | None) -> dict:
     for n, us in ort_us.items():
         o[op_class(ops[n])] += us
     q_run, o_run = sum(q.values()), sum(o.values())
-    r = ratio if ratio is not None else q_run / o_run
+    k = q_run / o_run  # quanta's kernels / ORT's kernels
+    r = ratio if ratio is not None else k
     q_share = {c: v / q_run for c, v in q.items()}
     o_share = {c: v / o_run for c, v in o.items()}
+    excess = {c: k * q_share[c] - o_share[c] for c in q}
+    excess["between"] = r - k  # time outside the kernels: the executor between steps
     # the top rest steps merged by operator and kernel
     merged: dict[str, float] = {}
     for us, key in slow_rest:
@@ -124,7 +128,7 @@ def gap(path: Path, feed: dict, runs: int, ratio: float | None) -> dict:
         "ratio_from": "cpu" if ratio is not None else "profile",
         "q_share": q_share,
         "o_share": o_share,
-        "excess": {c: r * q_share[c] - o_share[c] for c in q},
+        "excess": excess,
         "q_steps": summary.n_steps,
         "o_nodes": len(ort_us),
         "top_rest": [(k, us / q_run) for k, us in top],
@@ -149,9 +153,9 @@ def main(argv: list[str] | None = None) -> int:
             cpu[row["path"]] = row["q1_cpu_ms"] / row["o1_cpu_ms"]
     print(
         "| model | file | q/ORT 1t | gemm q / ORT share | rnn q / ORT | float conv q / ORT | rest q / ORT "
-        "| excess gemm + fconv | excess rnn | excess rest | top rest steps (share of quanta's run) |"
+        "| excess gemm + fconv | excess rnn | excess rest | excess between steps | top rest steps (share of quanta's run) |"
     )
-    print("|---|---|---:|---|---|---|---|---:|---:|---:|---|")
+    print("|---|---|---:|---|---|---|---|---:|---:|---:|---:|---|")
     rows = []
     for name in args.models.split(","):
         entry = manifest[name]
@@ -174,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                 + " ".join(
                     f"| {100 * qs[c]:.0f} / {100 * os_[c]:.0f} %" for c in ("gemm", "rnn", "fconv", "rest")
                 )
-                + f" | {ex['gemm'] + ex['fconv']:+.2f} | {ex['rnn']:+.2f} | {ex['rest']:+.2f} | {top} |",
+                + f" | {ex['gemm'] + ex['fconv']:+.2f} | {ex['rnn']:+.2f} | {ex['rest']:+.2f} | {ex['between']:+.2f} | {top} |",
                 flush=True,
             )
     if args.json:
