@@ -4,7 +4,7 @@
     %z = quanta::QLinearLookup(%x, sx, zx, sz, zz, table)
       -> %z = quanta::RelabelCodes(%x)         z's type: Q(storage of x, sz, zz)
 
-    when table[bits(c)] = c for every code c of x's type                        (IS1)
+    when table[bits(c)] = c for every code c of x's type          (IS1), docs/passes.md
 
 Why: PP-OCR's learnable affine blocks (``w0 · x + w1`` of learnt scalars after each
 HardSwish) quantize to the same codes under a scale and zero point chosen for them:
