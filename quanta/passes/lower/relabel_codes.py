@@ -10,7 +10,7 @@ Why: PP-OCR's learnable affine blocks (``w0 · x + w1`` of learnt scalars after 
 HardSwish) quantize to the same codes under a scale and zero point chosen for them:
 quanta's calibration sets ``sz = w0 · sx`` and moves the zero point by ``w1 / sz``
 when that is exact, so ComposeCodeMaps8 composes the group into a table that is the
-identity on the codes (16-17 per PP-OCRv4 file of quanta's, 4-5 in ORT's files after a
+identity on the codes (17 per PP-OCRv4 file of quanta's, 4-6 in ORT's files after a
 QuantizeLinear). The lookup reads and writes every element of the tensor for nothing;
 ``quanta::RelabelCodes`` is an alias op (no buffer, no step in a native program:
 quanta/runtime/memory.py, targets/native/views.py): its output is its input's memory
@@ -30,13 +30,12 @@ from __future__ import annotations
 import numpy as np
 
 from quanta.ir.graph import Value, result_type
+from quanta.ir.op_facts import QUANTA
 from quanta.ir.types import QuantType
 from quanta.passes.lower.fold_code_clamp import clamp_of_table
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 
 __all__ = ["RelabelCodesOfIdentityTable", "RelabelCodesPass"]
-
-QUANTA_DOMAIN = "quanta"
 
 
 class RelabelCodesOfIdentityTable(Rule):
@@ -71,7 +70,7 @@ class RelabelCodesOfIdentityTable(Rule):
             "RelabelCodes",
             [m["x"]],
             {},
-            domain=QUANTA_DOMAIN,
+            domain=QUANTA,
             types=result_type(shape_from=z, elem_from=z),
             name=m.root.name or None,
         )
