@@ -492,6 +492,11 @@ FACTS = OpTable(
         # QLinearMatMul and the QLinearAdd of a constant after it (lower/qlinear_matmul_add.py)
         _integer_op("QLinearMatMulAdd", QUANTA, macs=MacKind.MATMUL),
         Op("QLinearLookup", QUANTA, shape_only=True, quant=True, stages=LOWERED_ONLY, integer_op=True),
+        # a table that maps every code to itself under new (scale, zero point): the same
+        # bytes relabelled, an alias of its input (lower/relabel_codes.py)
+        Op(
+            "RelabelCodes", QUANTA, alias=True, shape_only=True, quant=True, stages=LOWERED_ONLY, island=False
+        ),
         Op(
             "QLinearConv16",
             QUANTA,

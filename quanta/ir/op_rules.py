@@ -310,6 +310,30 @@ def rule_output_clamp(node: Node, stage: Stage) -> list[str]:
     return errors
 
 
+def rule_relabel_codes(node: Node, stage: Stage) -> list[str]:
+    """RelabelCodes gives its input's codes another per-tensor (scale, zero point): input
+    and output quantized to the same integer storage, neither per axis, lowered stage.
+
+    Incorrect::
+
+        %y: Q(i8:f32, 0.1, 0) = quanta::RelabelCodes(%x: Q(u8:f32, 0.05, 128))
+
+    Correct::
+
+        %y: Q(u8:f32, 0.1, 128) = quanta::RelabelCodes(%x: Q(u8:f32, 0.05, 128))
+    """
+    where = f"{node.op_type} {node.label}"
+    if stage is not Stage.LOWERED:
+        return [f"{where}: only the lowered stage relabels codes (stage {stage.value})"]
+    src = _elem(node.input(0))
+    got = _elem(node.outputs[0]) if node.outputs else None
+    if not (isinstance(src, QuantType) and isinstance(got, QuantType)):
+        return [f"{where}: expected a quantized input and output, got {src} -> {got}"]
+    if src.storage != got.storage or src.axis is not None or got.axis is not None:
+        return [f"{where}: expected one per-tensor storage type on both sides, got {src} -> {got}"]
+    return []
+
+
 OP_RULES: dict[str, Rule] = {
     "QuantizeLinear": rule_quant_operands,
     "DequantizeLinear": rule_dequantize_output,
@@ -317,6 +341,7 @@ OP_RULES: dict[str, Rule] = {
     **{op: rule_quant_operands for op in QUANT_OPS - {"QuantizeLinear", "DequantizeLinear", "QuantizeMX"}},
     "QuantizeMX": rule_quantize_mx,
     **{op: rule_output_clamp for op in OUTPUT_CLAMP_OPS},
+    "RelabelCodes": rule_relabel_codes,
 }
 
 

@@ -307,6 +307,7 @@ def lower_qdq(
     from quanta.passes.lower.mul_quant import FuseMulQuantPass
     from quanta.passes.lower.qdq_to_qlinear import LowerQdqToQLinear
     from quanta.passes.lower.qlinear_matmul_add import FuseQLinearMatMulAddPass
+    from quanta.passes.lower.relabel_codes import RelabelCodesPass
     from quanta.passes.lower.requant_params import CarryRequantization
     from quanta.passes.lower.softmax_quant import FuseSoftmaxQuantPass
     from quanta.passes.lower.transpose_view import TransposeAsViewPass
@@ -395,6 +396,10 @@ def lower_qdq(
         FuseQLinearMatMulAddPass(),
         # attention's head Transposes read by run-time-b GEMMs alone -> strided views
         TransposeAsViewPass(),
+        # a table that maps every code to itself (PP-OCR's w0 · x + w1 on exact scales) ->
+        # the same bytes under the lookup's output type, an alias (after ChannelsLast,
+        # which moves lookups across layouts)
+        RelabelCodesPass(),
         EliminateDead(),
         CarryRequantization(),  # the requantization multipliers, once, on the nodes
     ]

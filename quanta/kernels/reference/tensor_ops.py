@@ -134,6 +134,15 @@ def transpose_view(ctx, data: np.ndarray, *, perm: list) -> np.ndarray:
     return np.transpose(data, perm)
 
 
+@register("RelabelCodes", "quanta")
+def relabel_codes(ctx, data: np.ndarray) -> np.ndarray:
+    """quanta RelabelCodes: ``data`` itself (a view, no copy). The node's output type
+    gives the same codes another (scale, zero point); a table that maps every code to
+    itself was the node (passes/lower/relabel_codes.py)."""
+    del ctx  # unused
+    return data.view()
+
+
 @register("Concat")
 def concat(ctx, *inputs: np.ndarray, axis: int | None = None) -> np.ndarray:
     del ctx  # unused

@@ -74,11 +74,16 @@ def guarded(
     ValueError to ``run``: one Python frame and one argument tuple less per step
     (quanta.runtime.execute). ``run`` itself passes ``call`` what the fast loop would."""
     picks = reads if isinstance(reads, tuple) else None
+    first = reads if isinstance(reads, int) else None
 
     def run(ctx: Any, *inputs: Any) -> Any:
         try:
             if picks is not None:
                 return call(*[inputs[p] for p in picks])
+            if first is not None:
+                # a profiled run and a step the fast loop hands back call ``run``: ``call``
+                # takes the inputs the fast loop gives it (OrtLayerNorm's takes x alone)
+                return call(*inputs[:first])
             return call(*inputs)
         except ValueError:
             return generic(ctx, *inputs, out=out, **attrs)

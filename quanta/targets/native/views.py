@@ -1,4 +1,5 @@
-"""Buffer aliases (Reshape, Flatten, Squeeze, Unsqueeze, Identity): no C++ kernel needed.
+"""Buffer aliases (Reshape, Flatten, Squeeze, Unsqueeze, Identity, quanta's TransposeView and
+RelabelCodes): no C++ kernel needed.
 
 Their NumPy twins return views of the input's buffer (no data moves, O(1) in the tensor
 size; quanta TransposeView a strided one, passes/lower/transpose_view.py), which is exactly what a native kernel would do, so the native target binds the
@@ -66,6 +67,9 @@ def _bind_view(model: Model, node: Node) -> tuple[Kernel | None, str]:
     return Kernel(k.fn, "native", f"native:view({node.op_type})", specialize=specialize), ""
 
 
-for _op in ALIAS_OPS - {"TransposeView"}:
+#: the alias ops of quanta's domain (the others are ai.onnx's)
+_QUANTA_ALIAS_OPS = {"TransposeView", "RelabelCodes"}
+for _op in ALIAS_OPS - _QUANTA_ALIAS_OPS:
     register_binder(_op)(_bind_view)
-register_binder("TransposeView", "quanta")(_bind_view)
+for _op in _QUANTA_ALIAS_OPS:
+    register_binder(_op, "quanta")(_bind_view)

@@ -228,3 +228,21 @@ def test_a_norm_ort_does_not_fuse_is_left_with_its_reason():
     assert "no constant scale (and bias) after the norm: ORT does not fuse it" in [
         r.reason for r in p.why_not("WrittenLayerNormToOrtLayerNorm")
     ]
+
+
+def test_profiled_session_runs_the_specialized_ort_kernels():
+    """A profiled run calls each step's guarded wrapper, not its direct call: the
+    wrapper passes a specialization that reads x alone (OrtLayerNorm's) x alone, as the
+    fast loop does (it passed every input, a TypeError)."""
+    proto = transformer_block()
+    feeds = {"x": data((2, 5, 40), seed=1), "r": data((2, 5, 40), seed=2)}
+    fast = SessionOptions(float_functions="ort")
+    fast.intra_op_num_threads = 1
+    want = InferenceSession(proto, fast).run(None, feeds)[0]
+    opts = SessionOptions(float_functions="ort", enable_profiling=True)
+    opts.intra_op_num_threads = 1
+    sess = InferenceSession(proto, opts)
+    assert "OrtLayerNorm" in {n.op_type for n in sess.model.graph.nodes}
+    for _ in range(3):  # the first run sees the signature, the next ones run its specialization
+        bits_equal(sess.run(None, feeds)[0], want)
+    assert any(s.op_type == "OrtLayerNorm" for s in sess.profile_summary(100).steps)
