@@ -37,6 +37,84 @@ namespace {
 constexpr int kMR = 6;   // rows of the register tile
 constexpr int kNH = 16;  // columns of a half panel
 
+// One block's int32 sums of the 6-row tile, d[r][0..15] for rows a + r·stride (bytes):
+// the k-pair loop in asm with the 12 sums in ymm0-11 (GCC's allocation of the intrinsics
+// version hoisted the six broadcasts and kept half the sums on the stack, a load and a
+// store per vpaddd), stored once at the end of the block. pairs >= 1.
+inline void block_sums_6(const int16_t* a, int64_t stride, const int8_t* w, int pairs, int32_t (*d)[kNH]) {
+  const int8_t* w_end = w + static_cast<int64_t>(pairs) * 32;
+  const char* a0 = reinterpret_cast<const char*>(a);
+  const char* a3 = a0 + 3 * stride;
+  asm volatile(
+      "vpxor %%xmm0, %%xmm0, %%xmm0\n\t"
+      "vpxor %%xmm1, %%xmm1, %%xmm1\n\t"
+      "vpxor %%xmm2, %%xmm2, %%xmm2\n\t"
+      "vpxor %%xmm3, %%xmm3, %%xmm3\n\t"
+      "vpxor %%xmm4, %%xmm4, %%xmm4\n\t"
+      "vpxor %%xmm5, %%xmm5, %%xmm5\n\t"
+      "vpxor %%xmm6, %%xmm6, %%xmm6\n\t"
+      "vpxor %%xmm7, %%xmm7, %%xmm7\n\t"
+      "vpxor %%xmm8, %%xmm8, %%xmm8\n\t"
+      "vpxor %%xmm9, %%xmm9, %%xmm9\n\t"
+      "vpxor %%xmm10, %%xmm10, %%xmm10\n\t"
+      "vpxor %%xmm11, %%xmm11, %%xmm11\n\t"
+      "1:\n\t"
+      "vpmovsxbw (%[w]), %%ymm12\n\t"
+      "vpmovsxbw 16(%[w]), %%ymm13\n\t"
+      // row r: columns 0-7 in ymm r, 8-15 in ymm r + 6; rows 3-5 at a3 = a0 + 3·stride
+      "vpbroadcastd (%[a0]), %%ymm14\n\t"
+      "vpmaddwd %%ymm12, %%ymm14, %%ymm15\n\t"
+      "vpmaddwd %%ymm13, %%ymm14, %%ymm14\n\t"
+      "vpaddd %%ymm15, %%ymm0, %%ymm0\n\t"
+      "vpaddd %%ymm14, %%ymm6, %%ymm6\n\t"
+      "vpbroadcastd (%[a0],%[s]), %%ymm14\n\t"
+      "vpmaddwd %%ymm12, %%ymm14, %%ymm15\n\t"
+      "vpmaddwd %%ymm13, %%ymm14, %%ymm14\n\t"
+      "vpaddd %%ymm15, %%ymm1, %%ymm1\n\t"
+      "vpaddd %%ymm14, %%ymm7, %%ymm7\n\t"
+      "vpbroadcastd (%[a0],%[s],2), %%ymm14\n\t"
+      "vpmaddwd %%ymm12, %%ymm14, %%ymm15\n\t"
+      "vpmaddwd %%ymm13, %%ymm14, %%ymm14\n\t"
+      "vpaddd %%ymm15, %%ymm2, %%ymm2\n\t"
+      "vpaddd %%ymm14, %%ymm8, %%ymm8\n\t"
+      "vpbroadcastd (%[a3]), %%ymm14\n\t"
+      "vpmaddwd %%ymm12, %%ymm14, %%ymm15\n\t"
+      "vpmaddwd %%ymm13, %%ymm14, %%ymm14\n\t"
+      "vpaddd %%ymm15, %%ymm3, %%ymm3\n\t"
+      "vpaddd %%ymm14, %%ymm9, %%ymm9\n\t"
+      "vpbroadcastd (%[a3],%[s]), %%ymm14\n\t"
+      "vpmaddwd %%ymm12, %%ymm14, %%ymm15\n\t"
+      "vpmaddwd %%ymm13, %%ymm14, %%ymm14\n\t"
+      "vpaddd %%ymm15, %%ymm4, %%ymm4\n\t"
+      "vpaddd %%ymm14, %%ymm10, %%ymm10\n\t"
+      "vpbroadcastd (%[a3],%[s],2), %%ymm14\n\t"
+      "vpmaddwd %%ymm12, %%ymm14, %%ymm15\n\t"
+      "vpmaddwd %%ymm13, %%ymm14, %%ymm14\n\t"
+      "vpaddd %%ymm15, %%ymm5, %%ymm5\n\t"
+      "vpaddd %%ymm14, %%ymm11, %%ymm11\n\t"
+      "add $32, %[w]\n\t"
+      "add $4, %[a0]\n\t"
+      "add $4, %[a3]\n\t"
+      "cmp %[w_end], %[w]\n\t"
+      "jb 1b\n\t"
+      "vmovdqa %%ymm0, 0(%[d])\n\t"
+      "vmovdqa %%ymm6, 32(%[d])\n\t"
+      "vmovdqa %%ymm1, 64(%[d])\n\t"
+      "vmovdqa %%ymm7, 96(%[d])\n\t"
+      "vmovdqa %%ymm2, 128(%[d])\n\t"
+      "vmovdqa %%ymm8, 160(%[d])\n\t"
+      "vmovdqa %%ymm3, 192(%[d])\n\t"
+      "vmovdqa %%ymm9, 224(%[d])\n\t"
+      "vmovdqa %%ymm4, 256(%[d])\n\t"
+      "vmovdqa %%ymm10, 288(%[d])\n\t"
+      "vmovdqa %%ymm5, 320(%[d])\n\t"
+      "vmovdqa %%ymm11, 352(%[d])\n\t"
+      : [w] "+r"(w), [a0] "+r"(a0), [a3] "+r"(a3)
+      : [s] "r"(stride), [w_end] "r"(w_end), [d] "r"(d)
+      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",
+        "xmm13", "xmm14", "xmm15", "cc", "memory");
+}
+
 // Rows [m, m + MR) x half panel h over blocks [k0, k1): the float sums start from y when
 // k0 > 0 (the K chunk before left them there), y gets the sums (+ bias when k1 = nb).
 template <int MR>
@@ -59,32 +137,31 @@ __attribute__((always_inline)) inline void tile(const int16_t* a16, const float*
 #pragma GCC unroll 6
     for (int r = 0; r < MR; ++r) rows[r] = a16 + (m + r) * a_stride + static_cast<int64_t>(k) * kb;
     __m256i c0[MR], c1[MR];
-    {
-      const __m256i b0 = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(w)));
-      const __m256i b1 = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(w + 16)));
+    if constexpr (MR == kMR) {
+      alignas(32) int32_t d[kMR][kNH];
+      block_sums_6(rows[0], a_stride * 2, w, pairs, d);
 #pragma GCC unroll 6
       for (int r = 0; r < MR; ++r) {
-        int32_t pr;
-        std::memcpy(&pr, rows[r], 4);
-        const __m256i xa = _mm256_set1_epi32(pr);
-        c0[r] = _mm256_madd_epi16(xa, b0);
-        c1[r] = _mm256_madd_epi16(xa, b1);
+        c0[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(d[r]));
+        c1[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(d[r] + 8));
       }
-      w += 32;
-    }
-    for (int i = 1; i < pairs; ++i) {
-      const __m256i b0 = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(w)));
-      const __m256i b1 = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(w + 16)));
+    } else {
 #pragma GCC unroll 6
-      for (int r = 0; r < MR; ++r) {
-        int32_t pr;
-        std::memcpy(&pr, rows[r] + 2 * i, 4);
-        const __m256i xa = _mm256_set1_epi32(pr);
-        c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(xa, b0));
-        c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(xa, b1));
+      for (int r = 0; r < MR; ++r) c0[r] = c1[r] = _mm256_setzero_si256();
+      for (int i = 0; i < pairs; ++i) {
+        const __m256i b0 = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(w + 32 * i)));
+        const __m256i b1 = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(w + 32 * i + 16)));
+#pragma GCC unroll 6
+        for (int r = 0; r < MR; ++r) {
+          int32_t pr;
+          std::memcpy(&pr, rows[r] + 2 * i, 4);
+          const __m256i xa = _mm256_set1_epi32(pr);
+          c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(xa, b0));
+          c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(xa, b1));
+        }
       }
-      w += 32;
     }
+    w += static_cast<int64_t>(pairs) * 32;
     const __m256 sb0 = _mm256_loadu_ps(sbh + static_cast<size_t>(k) * 32);
     const __m256 sb1 = _mm256_loadu_ps(sbh + static_cast<size_t>(k) * 32 + 8);
 #pragma GCC unroll 6
