@@ -19,7 +19,9 @@ from tests.isa import assert_same, every_isa
 E8 = ml_dtypes.float8_e8m0fnu
 
 
-def _check(a: np.ndarray, a_c: np.ndarray, b: np.ndarray, b_c: np.ndarray, block: int, bias, **context) -> None:
+def _check(
+    a: np.ndarray, a_c: np.ndarray, b: np.ndarray, b_c: np.ndarray, block: int, bias, **context
+) -> None:
     """Native mx_gemm on every ISA, 1 and 2 threads, equal to the twin bit for bit (NaN
     where the twin has NaN)."""
     want = mx.mx_gemm(a, a_c.view(E8), b, b_c.view(E8), block, a_format="i8", b_format="i8", bias=bias)

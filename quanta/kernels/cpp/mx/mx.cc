@@ -350,9 +350,12 @@ void gemm(const uint8_t* a_bits, const uint8_t* a_codes, Elem a_elem, int64_t M,
     // every row block passes; the float accumulators wait in y between chunks
     const int64_t chunk_bytes = static_cast<int64_t>(block) * b.Np;
     // (one row block reuses nothing: the whole K in one pass, no accumulators parked in y)
-    const int kc = row_blocks == 1 ? std::max(nb, 1)
-                                   : static_cast<int>(std::max<int64_t>(
-                                         1, std::min<int64_t>(nb, (512 << 10) / std::max<int64_t>(chunk_bytes, 1))));
+    // (avx2: a row block's int16 A up to 256 KB stays in L2 over the whole K while each
+    // 16-column half panel of B, K·16 bytes, passes through L1: one pass, as one row block)
+    const bool one_pass = row_blocks == 1 || (wide && mc * nb * kb * 2 <= (256 << 10));
+    const int kc = one_pass ? std::max(nb, 1)
+                            : static_cast<int>(std::max<int64_t>(
+                                  1, std::min<int64_t>(nb, (512 << 10) / std::max<int64_t>(chunk_bytes, 1))));
     for (int k0 = 0; k0 < nb || (nb == 0 && k0 == 0); k0 += kc) {
       const int k1 = std::min(nb, k0 + kc);
       auto body = [&](int64_t c, int) {
