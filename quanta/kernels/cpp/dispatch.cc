@@ -118,7 +118,7 @@ const std::vector<KernelRow>& kernel_table() {
       {"nbits_a8", "f32s4->f32", Isa::kAvx512Vnni, "nbits_a8_s8u4_f32_4x32c4__avx512vnni", {}},
       // MX (mx/mx.h): INT8 block dots in int32, float elements in exact float64 dots.
       {"mx_gemm", "mxint8->f32", Isa::kPortable, "mx_i8_1x32c4__portable", {}},
-      {"mx_gemm", "mxint8->f32", Isa::kAvx2, "mx_i8_1x32c4__avx2", {}},
+      {"mx_gemm", "mxint8->f32", Isa::kAvx2, "mx_i8_6x16c2__avx2", {}},
       {"mx_gemm", "mxint8->f32", Isa::kAvx512Vnni, "mx_i8_6x32c4__avx512vnni", {}},
       {"mx_gemm", "mxfp->f32", Isa::kPortable, "mx_f64_1xN__portable", {}},
       {"mx_gemm", "mxfp->f32", Isa::kAvx2, "mx_f64_1xN__avx2", {}},

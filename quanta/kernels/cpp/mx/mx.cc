@@ -195,7 +195,11 @@ PackedMx pack(const uint8_t* bits, const uint8_t* codes, int64_t K, int64_t N, i
             const int64_t n = p * 32 + j;
             if (n >= N) continue;
             const int8_t v = static_cast<int8_t>(bits[kk * N + n]);
-            b.i8.data()[(((p * b.nb + k) * (b.kb / 4) + i / 4) * 32 + j) * 4 + i % 4] = static_cast<uint8_t>(v);
+            // avx2: [half panel][block][pair][16][2]; otherwise [panel][block][group][32][4]
+            const int64_t at = isa == Isa::kAvx2
+                                   ? (((2 * p + j / 16) * b.nb + k) * (b.kb / 2) + i / 2) * 32 + (j % 16) * 2 + i % 2
+                                   : (((p * b.nb + k) * (b.kb / 4) + i / 4) * 32 + j) * 4 + i % 4;
+            b.i8.data()[at] = static_cast<uint8_t>(v);
             b.comp[(static_cast<size_t>(p) * b.nb + k) * 32 + j] += 128 * v;
           }
         }
@@ -315,14 +319,23 @@ void gemm(const uint8_t* a_bits, const uint8_t* a_codes, Elem a_elem, int64_t M,
       gemm_i8_tiled(a_bits, a_codes, M, b, sa.data(), bias, y, num_threads);
       return;
     }
-    // A + 128 as u8, each block padded to kb (pad: 128, i.e. a zero element)
-    std::vector<uint8_t> au(static_cast<size_t>(M) * nb * kb);
+    // A + 128 as u8, each block padded to kb (pad: 128, i.e. a zero element); for the
+    // avx2 tile A as int16, pad 0 (vpmaddwd multiplies signed int16: no offset, no comp)
+    const bool wide = b.isa == Isa::kAvx2;
+    std::vector<uint8_t> au(wide ? 0 : static_cast<size_t>(M) * nb * kb);
+    std::vector<int16_t> a16(wide ? static_cast<size_t>(M) * nb * kb : 0);
     qgemm::parallel_ranges(num_threads, M, 64, [&](int64_t r0, int64_t r1) {
       for (int64_t m = r0; m < r1; ++m)
         for (int k = 0; k < nb; ++k) {
           const uint8_t* src = a_bits + m * K + static_cast<int64_t>(k) * block;
-          uint8_t* dst = au.data() + (m * nb + k) * kb;
           const int len = static_cast<int>(std::min<int64_t>(block, K - static_cast<int64_t>(k) * block));
+          if (wide) {
+            int16_t* dst = a16.data() + (m * nb + k) * kb;
+            for (int i = 0; i < len; ++i) dst[i] = static_cast<int8_t>(src[i]);
+            for (int i = len; i < kb; ++i) dst[i] = 0;
+            continue;
+          }
+          uint8_t* dst = au.data() + (m * nb + k) * kb;
           for (int i = 0; i < len; ++i) dst[i] = static_cast<uint8_t>(src[i] ^ 0x80);
           for (int i = len; i < kb; ++i) dst[i] = 128;
         }
@@ -337,9 +350,12 @@ void gemm(const uint8_t* a_bits, const uint8_t* a_codes, Elem a_elem, int64_t M,
     // every row block passes; the float accumulators wait in y between chunks
     const int64_t chunk_bytes = static_cast<int64_t>(block) * b.Np;
     // (one row block reuses nothing: the whole K in one pass, no accumulators parked in y)
-    const int kc = row_blocks == 1 ? std::max(nb, 1)
-                                   : static_cast<int>(std::max<int64_t>(
-                                         1, std::min<int64_t>(nb, (512 << 10) / std::max<int64_t>(chunk_bytes, 1))));
+    // (avx2: a row block's int16 A up to 256 KB stays in L2 over the whole K while each
+    // 16-column half panel of B, K·16 bytes, passes through L1: one pass, as one row block)
+    const bool one_pass = row_blocks == 1 || (wide && mc * nb * kb * 2 <= (256 << 10));
+    const int kc = one_pass ? std::max(nb, 1)
+                            : static_cast<int>(std::max<int64_t>(
+                                  1, std::min<int64_t>(nb, (512 << 10) / std::max<int64_t>(chunk_bytes, 1))));
     for (int k0 = 0; k0 < nb || (nb == 0 && k0 == 0); k0 += kc) {
       const int k1 = std::min(nb, k0 + kc);
       auto body = [&](int64_t c, int) {
@@ -349,7 +365,7 @@ void gemm(const uint8_t* a_bits, const uint8_t* a_codes, Elem a_elem, int64_t M,
           case Isa::kAvx512Vnni:
             gemm_i8_avx512vnni(au.data(), sa.data(), b, bias, y, M, m0, m1, p, p + 1, k0, k1);
             break;
-          case Isa::kAvx2: gemm_i8_avx2(au.data(), sa.data(), b, bias, y, M, m0, m1, p, p + 1, k0, k1); break;
+          case Isa::kAvx2: gemm_i8_avx2(a16.data(), sa.data(), b, bias, y, M, m0, m1, p, p + 1, k0, k1); break;
           default: gemm_i8_portable(au.data(), sa.data(), b, bias, y, M, m0, m1, p, p + 1, k0, k1); break;
         }
       };

@@ -23,7 +23,8 @@
 //
 // Layering: bindings_mx.cc (checks) -> mx.cc (packing, threads, dispatch) -> the ISA
 // files: mx_avx512vnni.cc (the INT8 vpdpbusd tile, the vectorized INT8 quantize),
-// mx_avx2.cc and mx_portable.cc (the generic code of mx_impl.h, compiled per ISA).
+// mx_avx2.cc (the INT8 vpmaddwd tile; the rest as mx_portable.cc) and mx_portable.cc
+// (the generic code of mx_impl.h, compiled per ISA).
 // Threads: column panels (or rows) are split between threads; every output is computed
 // by the same instructions on any thread, so results do not depend on num_threads.
 #pragma once
@@ -60,7 +61,9 @@ void quantize(const float* x, uint8_t* bits, uint8_t* codes, int64_t rows, int64
 
 // Weights B [K, N] packed once. INT8: panels of 32 columns, per block ceil(block/4) groups
 // of 4 k (zero padded), bytes [panel][block][group][32][4]; comp[k][n] = 128·Σ_block b
-// (vpdpbusd's u8 shift, eq. (8)), [panel][block][32]. Other formats: n as double, [block][kb][Np].
+// (vpdpbusd's u8 shift, eq. (8)), [panel][block][32]. INT8 packed for avx2: half panels of
+// 16 columns, per block kb/2 pairs of k, bytes [half panel][block][pair][16][2] (the
+// vpmaddwd tile of mx_avx2.cc, eq. (MA1)). Other formats: n as double, [block][kb][Np].
 struct PackedMx {
   int64_t K = 0, N = 0, Np = 0;
   int block = 32, nb = 0, kb = 0;
@@ -129,7 +132,9 @@ float pow2f(int e);
 // before wrote them there); with k1 = nb the bias is added and y is final.
 void gemm_i8_portable(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y, int64_t M,
                       int64_t m0, int64_t m1, int64_t p0, int64_t p1, int k0, int k1);
-void gemm_i8_avx2(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y, int64_t M,
+// The same rows / panels / blocks on B packed for avx2 (PackedMx INT8 avx2 layout); a16: A
+// as int16 [M][nb·kb], each block zero padded to kb.
+void gemm_i8_avx2(const int16_t* a16, const float* sa, const PackedMx& b, const float* bias, float* y, int64_t M,
                   int64_t m0, int64_t m1, int64_t p0, int64_t p1, int k0, int k1);
 // Tiles [t0, t1) of a (sized by the caller: a, ef zeroed or not, lo / hi) from A's bits
 // [M, K] and codes [M, nb].
