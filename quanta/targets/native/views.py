@@ -25,6 +25,10 @@ __all__ = ["ALIAS_OPS"]
 
 #: the ops whose output aliases their input (quanta.ir.op_facts, column alias)
 ALIAS_OPS = derive("quanta.targets.native.views.ALIAS_OPS", lambda t: t.ops_where(alias=True))
+#: the same rows as (domain, op type): the binders register each under its own domain
+ALIAS_KEYS = derive(
+    "quanta.targets.native.views.ALIAS_KEYS", lambda t: frozenset(r.key for r in t.where(alias=True))
+)
 
 
 def _reshape_to(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
@@ -67,9 +71,5 @@ def _bind_view(model: Model, node: Node) -> tuple[Kernel | None, str]:
     return Kernel(k.fn, "native", f"native:view({node.op_type})", specialize=specialize), ""
 
 
-#: the alias ops of quanta's domain (the others are ai.onnx's)
-_QUANTA_ALIAS_OPS = {"TransposeView", "RelabelCodes"}
-for _op in ALIAS_OPS - _QUANTA_ALIAS_OPS:
-    register_binder(_op)(_bind_view)
-for _op in _QUANTA_ALIAS_OPS:
-    register_binder(_op, "quanta")(_bind_view)
+for _domain, _op in sorted(ALIAS_KEYS):
+    register_binder(_op, _domain)(_bind_view)
