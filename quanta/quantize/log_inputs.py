@@ -27,12 +27,12 @@ import numpy as np
 
 from quanta.calibrate.observer import EXTREME
 from quanta.ir.graph import Graph, Node, Value
+from quanta.ir.onnx_io import VIEW_OPS_KEEPING_TYPE
 
 __all__ = ["log_layers", "log_reasons"]
 
 #: element-wise ops a Log's input may pass through back to its layer (one data input)
 _THROUGH = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min", "Clip"})
-_VIEWS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
 _LAYERS = frozenset({"Conv", "Gemm", "MatMul"})
 
 
@@ -57,7 +57,8 @@ def log_layers(graph: Graph) -> dict[str, tuple[str, str]]:
         while v.producer is not None and not v.producer.domain:
             p = v.producer
             live = _data_inputs(p)
-            if p.op_type in _VIEWS and p.inputs and p.inputs[0] is not None:
+            # an op that keeps its input's type (op facts, column view) moves its values unchanged
+            if p.op_type in VIEW_OPS_KEEPING_TYPE and p.inputs and p.inputs[0] is not None:
                 v = p.inputs[0]
             elif p.op_type in _THROUGH and len(live) == 1:
                 v = live[0]
