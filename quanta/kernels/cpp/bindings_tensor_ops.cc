@@ -33,9 +33,9 @@
 //                 out=None) -> y uint8 / int8   x float32 rank >= 1, last dimension d in
 //     [1, 4096]; scale None or one float32; mask None or float32 [R', d] with mask_rows int64
 //     [x.size / d] in [0, R'); y_scale > 0 and finite
-//   mul_quant(x, c, y_scale, y_zero_point, y_signed, num_threads=1, out=None) -> y uint8 /
+//   mul_quant(x, c, y_scale, y_zero_point, y_signed, num_threads=1, out=None, gelu=False) -> y uint8 /
 //     int8   x float32 rank >= 1; c float32, one value or one per element of x's last axis;
-//     y_scale > 0 and finite
+//     y_scale > 0 and finite; gelu: Gelu (G1) of x first (MulQuant's activation "gelu")
 //   take_axis(x, axis, idx, num_threads=1, out=None) -> y     any dtype; idx int64 in [-n, n)
 //   repeat_2d(x, sh, sw, num_threads=1, out=None, lanes=False) -> y   1-64-byte elements, rank >= 2
 //   copy_strided(x, num_threads=1, out=None) -> y            any dtype, any strides -> C order
@@ -579,7 +579,7 @@ py::array softmax_quant(const py::handle& x_obj, const py::object& scale_obj, co
 }
 
 py::array mul_quant(const py::handle& x_obj, const py::handle& c_obj, float y_scale, int32_t y_zero_point,
-                    bool y_signed, int num_threads, const py::object& out_obj) {
+                    bool y_signed, int num_threads, const py::object& out_obj, bool gelu) {
   const std::string op = "mul_quant";
   auto x = require_array<float>(x_obj, "mul_quant: x");
   if (x.ndim() < 1) throw py::value_error(op + ": x: expected rank >= 1, got a scalar");
@@ -597,10 +597,10 @@ py::array mul_quant(const py::handle& x_obj, const py::handle& c_obj, float y_sc
   run_or_record([=]() mutable {
     if (y_signed) {
       tensor_ops::mul_quant(x.data(), static_cast<int8_t*>(y.mutable_data()), rows, d, c.data(), c_step, y_scale,
-                            y_zero_point, num_threads, active_isa());
+                            y_zero_point, num_threads, active_isa(), gelu);
     } else {
       tensor_ops::mul_quant(x.data(), static_cast<uint8_t*>(y.mutable_data()), rows, d, c.data(), c_step, y_scale,
-                            y_zero_point, num_threads, active_isa());
+                            y_zero_point, num_threads, active_isa(), gelu);
     }
   });
   return y;
@@ -1023,9 +1023,9 @@ void register_tensor_ops(py::module_& m) {
         "y = QuantizeLinear(Softmax(Add?(Mul?(x, scale), mask[mask_rows]), axis=-1), y_scale, y_zero_point), "
         "uint8 or int8, per row of float32 x (quanta::SoftmaxQuant).");
   m.def("mul_quant", &mul_quant, arg("x"), arg("c"), arg("y_scale"), arg("y_zero_point"), arg("y_signed"),
-        arg("num_threads") = 1, arg("out") = none,
+        arg("num_threads") = 1, arg("out") = none, arg("gelu") = false,
         "y = QuantizeLinear(Mul(x, c), y_scale, y_zero_point), uint8 or int8, c one float32 value or one per "
-        "element of x's last axis (quanta::MulQuant).");
+        "element of x's last axis (quanta::MulQuant); with gelu, Mul(Gelu(x), c), Gelu (G1).");
   m.def("take_axis", &take_axis, arg("x"), arg("axis"), arg("idx"), arg("num_threads") = 1, arg("out") = none,
         "y[a, q, :] = x[a, idx[q], :] along axis, any dtype; idx int64 or int32, in [0, n).");
   m.def("repeat_2d", &repeat_2d, arg("x"), arg("sh"), arg("sw"), arg("num_threads") = 1, arg("out") = none,

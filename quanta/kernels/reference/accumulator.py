@@ -33,7 +33,9 @@ differ from the unfused chain's only where the product lies at a rounding tie).
 
 a SmoothQuant file's per-column factor and the activation's quantization
 (passes/lower/mul_quant.py, FuseMulQuant): c float32, one value or one per element of x's
-last axis; the Mul's float32 rounding, then QuantizeLinear's twin.
+last axis; the Mul's float32 rounding, then QuantizeLinear's twin. With the attribute
+``activation="gelu"`` (FuseGeluMulQuant) x first goes through the Gelu twin (G1):
+MulQuant(Gelu(x), c, ...) as one node, eq. (OV1) of docs/float-ops.md.
 """
 
 from __future__ import annotations
@@ -122,11 +124,26 @@ def softmax_quant(
 
 
 @register("MulQuant", QUANTA_DOMAIN)
-def mul_quant(ctx, x: np.ndarray, c: np.ndarray, y_scale: np.ndarray, y_zero_point: np.ndarray) -> np.ndarray:
+def mul_quant(
+    ctx,
+    x: np.ndarray,
+    c: np.ndarray,
+    y_scale: np.ndarray,
+    y_zero_point: np.ndarray,
+    *,
+    activation: str = "none",
+) -> np.ndarray:
+    """(OV1) of docs/float-ops.md: activation "gelu" is the Gelu twin (G1) first."""
     from quanta.kernels.reference.quantize import quantize_linear_op
 
     if x.dtype != np.float32 or c.dtype != np.float32:
         raise OpError("MulQuant: expected float32 x and c")
+    if activation not in ("none", "gelu"):
+        raise OpError(f"MulQuant: activation expected 'none' or 'gelu', got {activation!r}")
+    if activation == "gelu":
+        from quanta.kernels.reference import float_ops
+
+        x = float_ops.gelu_f32(x)
     with np.errstate(all="ignore"):
         v = np.multiply(x, c, dtype=np.float32)
     return np.asarray(quantize_linear_op(ctx, v, y_scale, y_zero_point))

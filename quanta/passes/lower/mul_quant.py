@@ -16,9 +16,22 @@ the native target computes the product in registers on its way into QuantizeLine
 The Mul's output must be read by the QuantizeLinear only; x may have other readers (a
 LayerNorm's output also feeds the residual Add).
 
+And the GELU before it (FuseGeluMulQuant)::
+
+    %g = Gelu(%x)                              ai.onnx (approximate "none") or com.microsoft
+                                               (FuseGelu's node below opset 20), float32
+    %y = quanta::MulQuant(%g, c, sy, zy)       the Gelu's output read by it alone
+      -> %y = quanta::MulQuant(%x, c, sy, zy; activation="gelu")
+
+Why: in quanta's SmoothQuant files of BERT-style encoders the FFN's GELU output, a float
+tensor four times the hidden width, is written by the Gelu step and read back by the
+MulQuant step; fused, the native kernel runs the Gelu on L1-sized pieces of a row and
+quantizes each piece while it is still in cache (docs/float-ops.md (OV1)).
+
 Numerics: exact. ``MulQuant`` is defined as the nodes it replaces, in order
 (reference/accumulator.py: the Mul's float32 rounding, then QuantizeLinear's twin); the
-native kernel composes the same operations. Mul is commutative in IEEE arithmetic (a NaN
+native kernel composes the same operations (with activation "gelu", float_ops' Gelu run
+first, the twin of the Gelu step). Mul is commutative in IEEE arithmetic (a NaN
 product, whatever its payload, quantizes to the same code), so either operand order is the
 same node.
 """
@@ -31,7 +44,7 @@ from quanta.ir.graph import Value, result_type
 from quanta.passes.lower.softmax_quant import quant_output_refusal
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 
-__all__ = ["FuseMulQuant", "FuseMulQuantPass"]
+__all__ = ["FuseGeluMulQuant", "FuseMulQuant", "FuseMulQuantPass"]
 
 QUANTA_DOMAIN = "quanta"
 
@@ -83,10 +96,42 @@ class FuseMulQuant(Rule):
         )
 
 
+class FuseGeluMulQuant(Rule):
+    """quanta::MulQuant(Gelu(x), c, sy, zy) -> quanta::MulQuant(x, c, sy, zy; activation="gelu")"""
+
+    pattern = "y = quanta::MulQuant(g = Gelu|com.microsoft::Gelu(x), c, ys, yz)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        gelu, mq = m.node("g"), m.node("y")
+        if gelu.domain not in ("", "com.microsoft"):
+            return NoMatch(f"{gelu.label} is not ai.onnx or com.microsoft Gelu")
+        if gelu.attrs.get("approximate", "none") != "none":
+            return NoMatch(f"{gelu.label} is the tanh approximation, not (G1)")
+        if mq.attrs.get("activation", "none") != "none":
+            return NoMatch(f"{mq.label} already has an activation")
+        g = m.value("g")
+        if len(g.uses) != 1 or any(o is g for o in m.graph.outputs):
+            return NoMatch("the Gelu's output has readers besides the MulQuant")
+        if not _f32(m["x"]):
+            return NoMatch("the Gelu's input is not float32")
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        y = m.value("y")
+        return b.op(
+            "MulQuant",
+            [m["x"], m["c"], m["ys"], m["yz"]],
+            {"activation": "gelu"},
+            domain=QUANTA_DOMAIN,
+            types=result_type(shape_from=y, elem_from=y),
+            name=f"{m.node('g').name or 'gelu'}/mul_quant",
+        )
+
+
 class FuseMulQuantPass(RewritePass):
-    """FuseMulQuant (the module docstring)."""
+    """FuseMulQuant and FuseGeluMulQuant (the module docstring)."""
 
     name = "fuse_mul_quant"
 
     def __init__(self) -> None:
-        super().__init__([FuseMulQuant()])
+        super().__init__([FuseMulQuant(), FuseGeluMulQuant()])

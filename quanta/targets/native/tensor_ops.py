@@ -2069,13 +2069,17 @@ def _softmax_quant_native(
 # one pass (tensor_ops.h mul_quant)
 
 
+# MulQuant's activation attribute -> mul_quant's gelu flag
+_MUL_QUANT_ACT = {"none": False, "gelu": True}
+
+
 def _mul_quant_native(
-    ctx: Any, x: Any, c: Any, y_scale: Any, y_zero_point: Any, *, out: Any = None
+    ctx: Any, x: Any, c: Any, y_scale: Any, y_zero_point: Any, *, out: Any = None, activation: str = "none"
 ) -> np.ndarray:
     """MulQuant (reference/accumulator.py) through the native pass; c that broadcasts along
     other axes than the last, and other parameters, go to the twin."""
     try:
-        if not isinstance(x, np.ndarray) or x.dtype != F32 or x.ndim < 1:
+        if not isinstance(x, np.ndarray) or x.dtype != F32 or x.ndim < 1 or activation not in _MUL_QUANT_ACT:
             raise _Unsupported
         cc = np.asarray(c)
         if (
@@ -2087,12 +2091,19 @@ def _mul_quant_native(
             raise _Unsupported
         sy, zy, signed = _quant_output(y_scale, y_zero_point)
         return _native().mul_quant(
-            np.asarray(x, order="C"), np.ascontiguousarray(cc.reshape(-1)), sy, zy, signed, _threads(ctx), out
+            np.asarray(x, order="C"),
+            np.ascontiguousarray(cc.reshape(-1)),
+            sy,
+            zy,
+            signed,
+            _threads(ctx),
+            out,
+            _MUL_QUANT_ACT[activation],
         )
     except (_Unsupported, ValueError):
         pass
     RUNTIME_FALLBACKS["MulQuant"] += 1
-    y = mul_quant(ctx, x, c, y_scale, y_zero_point)
+    y = mul_quant(ctx, x, c, y_scale, y_zero_point, activation=activation)
     if out is None:
         return y
     np.copyto(out, y)
@@ -2117,10 +2128,14 @@ def _mul_quant_specialized(sig: Specialization, **attrs: Any) -> Callable[..., A
         sy, zy, signed = _quant_output(ys, yz)
     except _Unsupported:
         return None
+    act = attrs.get("activation", "none")
+    if act not in _MUL_QUANT_ACT:
+        return None
+    gelu = _MUL_QUANT_ACT[act]
     cv = np.ascontiguousarray(cc.reshape(-1))
     run, threads, out = _native().mul_quant, step_threads(sig), sig.out
     return guarded(
-        lambda x, *p: run(x, cv, sy, zy, signed, threads, out),
+        lambda x, *p: run(x, cv, sy, zy, signed, threads, out, gelu),
         _mul_quant_native,
         attrs,
         out,
@@ -2132,9 +2147,13 @@ def _mul_quant_specialized(sig: Specialization, **attrs: Any) -> Callable[..., A
 @register_binder("MulQuant", "quanta")
 def bind_mul_quant(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """quanta::MulQuant on float32 x, c one value or one per element of the last axis, a
-    per-tensor 8-bit output."""
-    del model, node  # unused
-    return _kernel(_mul_quant_native, "mul_quant", specialize=_mul_quant_specialized)
+    per-tensor 8-bit output; activation "none" or "gelu" (G1)."""
+    del model  # unused
+    act = node.attrs.get("activation", "none")
+    if act not in _MUL_QUANT_ACT:
+        return None, f"native MulQuant takes activation 'none' or 'gelu', got {act!r}"
+    name = "gelu_mul_quant" if act == "gelu" else "mul_quant"
+    return _kernel(_mul_quant_native, name, specialize=_mul_quant_specialized)
 
 
 def _softmax_quant_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:

@@ -206,11 +206,12 @@ void softmax_quant(const float* x, T* y, int64_t rows, int64_t d, const float* s
 template <typename T>
 void softmax_quant_rows_avx512vnni(const float* x, T* y, int64_t rows, int64_t d, const float* scale, const float* mask,
                                    const int64_t* mask_rows, float y_scale, int32_t zy);
-// quanta::MulQuant: y[r, i] = QuantizeLinear(f32(x[r, i] · c[i · c_step]), y_scale, zy) over `rows`
-// rows of d elements (mul_quant.cc); c_step 1 (one factor per column) or 0 (one factor).
+// quanta::MulQuant: y[r, i] = QuantizeLinear(f32(a(x[r, i]) · c[i · c_step]), y_scale, zy) over `rows`
+// rows of d elements (mul_quant.cc); c_step 1 (one factor per column) or 0 (one factor); a the
+// identity, or with `gelu` float_ops' Gelu (G1) (MulQuant's activation "gelu").
 template <typename T>  // uint8_t or int8_t
 void mul_quant(const float* x, T* y, int64_t rows, int64_t d, const float* c, int64_t c_step, float y_scale, int32_t zy,
-               int num_threads, Isa isa);
+               int num_threads, Isa isa, bool gelu = false);
 // mul_quant's rows on AVX-512, one thread (mul_quant_avx512vnni.cc)
 template <typename T>
 void mul_quant_rows_avx512vnni(const float* x, T* y, int64_t rows, int64_t d, const float* c, int64_t c_step,
