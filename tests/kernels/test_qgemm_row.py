@@ -28,6 +28,17 @@ pytestmark = pytest.mark.skipif("avx2" not in _native.supported_isas(), reason="
 NARROW = "qgemm_u8s8p_s32_5x16c4__avx2"
 
 
+@pytest.fixture(autouse=True)
+def _avx2_kernels():
+    """The 7-bit family is what avx2 packs; an AVX-512 VNNI CPU would pack for its own
+    tile, so each test runs with the avx2 kernels selected and the CPU's choice restored."""
+    _native.set_isa("avx2")
+    try:
+        yield
+    finally:
+        _native.clear_isa()
+
+
 def _operands(rng: np.random.Generator, k: int, n: int, saturating: bool, x_signed: bool):
     """x [1, K] with large codes next to each other (pairs that leave int16 with full-range
     w), w [K, N]: full-range int8 for the saturating pack, [-64, 64] (zw included) else."""

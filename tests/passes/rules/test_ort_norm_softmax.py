@@ -26,6 +26,7 @@ from quanta.kernels.reference.ort_float import (
     ort_fast_gelu,
     ort_layer_norm_rows,
 )
+from quanta.quantize.ort_saturation import onnxruntime_float_orders_modelled
 from quanta.session import InferenceSession, SessionOptions
 
 ISAS = list(_native.supported_isas())
@@ -63,6 +64,22 @@ def bits_equal(a, b):
     np.testing.assert_array_equal(np.asarray(a).view(np.uint32), np.asarray(b).view(np.uint32))
 
 
+#: the Softmax twin is MLAS's AVX2 / FMA3 kernel family (max, sum of exps, scale). An
+#: AVX-512F host's ORT runs its AVX-512F kernels: on this suite's rows their subnormal
+#: outputs differ and a long row's sum may differ in its last bit (a row of 1031: every
+#: output within 2 ulps) (docs/float-ops.md (SM1)-(SM5))
+SOFTMAX_TWIN_IS_HOSTS_ORT = onnxruntime_float_orders_modelled()
+
+
+def softmax_equal(got, want):
+    """Bits where the twin models this host's ORT Softmax kernels; else normal outputs
+    within 4 ulps (rtol 5e-7) and subnormal ones within the smallest normal float32."""
+    if SOFTMAX_TWIN_IS_HOSTS_ORT:
+        bits_equal(got, want)
+    else:
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=5e-7, atol=np.finfo(F32).tiny)
+
+
 @pytest.mark.parametrize("n", LENGTHS)
 def test_twins_are_onnxruntime_bit_for_bit(n):
     x = data((11, n), seed=n)
@@ -87,7 +104,7 @@ def test_twins_are_onnxruntime_bit_for_bit(n):
     want = ort_run([skip], [("x", x), ("k", sk)], [("s", sc), ("b", bi), ("bb", bi[::-1].copy())])[1]
     bits_equal(ort_layer_norm_rows((x + sk) + bi[::-1], sc, bi, 1e-12, "skip"), want)
     sm = helper.make_node("Softmax", ["x"], ["y"], axis=-1)
-    bits_equal(mlas_softmax_rows(x * 5), ort_run([sm], [("x", x * 5)], [], opset=13)[1])
+    softmax_equal(mlas_softmax_rows(x * 5), ort_run([sm], [("x", x * 5)], [], opset=13)[1])
     fg = helper.make_node("FastGelu", ["x"], ["y"], domain="com.microsoft")
     bits_equal(ort_fast_gelu(x), ort_run([fg], [("x", x)], [])[1])
 
@@ -209,7 +226,12 @@ def test_session_runs_orts_kernels_with_ort_float_functions(backend):
         assert {"OrtLayerNorm", "MlasSoftmax", "OrtFastGelu"} <= set(ops), ops
         assert ops.count("OrtLayerNorm") == 4, ops
         assert sess.fallbacks == [] or backend == "reference"
-        bits_equal(sess.run(None, feeds)[0], want)
+        got = sess.run(None, feeds)[0]
+        if SOFTMAX_TWIN_IS_HOSTS_ORT:
+            bits_equal(got, want)
+        else:  # the Softmax's ulps pass through the two norms after it: a float32 bound
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+            bits_equal(got, InferenceSession(proto, opts, backend="reference").run(None, feeds)[0])
     plain = InferenceSession(proto, SessionOptions(float_functions="onnx"), backend=backend)
     ops = {n.op_type for n in plain.model.graph.nodes}
     assert not ops & {"OrtLayerNorm", "MlasSoftmax", "OrtFastGelu"}, ops
