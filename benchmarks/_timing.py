@@ -70,6 +70,39 @@ def time_alternating(fns: dict[str, Callable[[], object]], ops: int, budget_s: f
     return {name: ops / dt / 1e9 for name, dt in best.items()}
 
 
+def cpu_time_calls(
+    fns: dict[str, Callable[[], object]], ops: int, budget_s: float
+) -> tuple[dict[str, float], dict[str, float]]:
+    """GOPS of each one-thread callable from this thread's CPU time per call
+    (``time.thread_time``), so that time the OS gives other processes is not counted. The
+    callables alternate in blocks of ~20 ms of calls (at least 3 rounds, about
+    ``budget_s`` seconds each in all), as in :func:`time_alternating`: a phase of the
+    shared machine falls on all alike, and each block runs with its own operands in cache
+    after its first call (call by call, each library would start every call from the
+    other's evictions). Returns the best call's GOPS and the median call's."""
+    for fn in fns.values():  # warm up (first-touch)
+        fn()
+        fn()
+    reps = {}
+    for name, fn in fns.items():
+        t = time.thread_time()
+        fn()
+        reps[name] = max(1, int(0.02 / max(time.thread_time() - t, 1e-7)))
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    end = time.perf_counter() + budget_s * len(fns)
+    rounds = 0
+    while time.perf_counter() < end or rounds < 3:
+        for name, fn in fns.items():
+            for _ in range(reps[name]):
+                t = time.thread_time()
+                fn()
+                times[name].append(max(time.thread_time() - t, 1e-9))
+        rounds += 1
+    best = {name: ops / min(ts) / 1e9 for name, ts in times.items()}
+    median = {name: ops / float(np.median(ts)) / 1e9 for name, ts in times.items()}
+    return best, median
+
+
 def fastest_calls(fns: dict[str, Callable[[], object]], budget_s: float, threads: int) -> dict[str, float]:
     """The fastest single call of each callable, the callables interleaved call by call
     (``--fastest``): with one thread timed in thread CPU time, so that the time the OS

@@ -14,6 +14,12 @@ GOPS counts 2·M·N·K operations (a multiply and an add per MAC). The peak is t
 chains, so neither latency nor memory limits it), measured before and after the GEMMs;
 the larger value is used.
 
+``--cpu-time``: one-thread rows time each call in this thread's CPU time, the libraries
+alternating in blocks of calls (``_timing.cpu_time_calls``; best call, and the median
+call in the ``med.`` columns; the peak probe times its batches in thread CPU time in any
+case): on a shared machine wall-clock batches also count the time the OS gave other
+processes. Rows with more threads keep the wall-clock blocks.
+
 quanta runs with the autotuner's blocking for each shape (quanta/runtime/tuner.py: measured
 now, or from the user cache); the "heur." column is the built-in heuristic blocking, timed
 in the same alternation (``--no-tune``: heuristics only).
@@ -36,7 +42,7 @@ import numpy as np
 from quanta.kernels import _native
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _timing import time_alternating
+from _timing import cpu_time_calls, time_alternating
 
 SHAPES: tuple[tuple[int, int, int], ...] = ((1024, 1024, 1024), (128, 768, 768), (1, 4096, 4096))
 
@@ -100,6 +106,12 @@ def main(argv: list[str] | None = None) -> int:
         "--gemm-only", action="store_true", help="skip the convolution layers (benchmarks/conv.py's table)"
     )
     ap.add_argument("--no-tune", action="store_true", help="the heuristic blockings only (no autotuner)")
+    ap.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="one thread: each call timed in this thread's CPU time, the libraries alternating in blocks "
+        "(best and median call) instead of wall-clock blocks",
+    )
     args = ap.parse_args(argv)
     budget = 0.5 if args.quick else 2.0
 
@@ -133,7 +145,11 @@ def main(argv: list[str] | None = None) -> int:
             if ort_version:
                 o = _ort_matmul_integer(w, M, zx, threads, spinning=True)
                 fns["ort"] = lambda o=o, x=x: o(x)
-            gops = time_alternating(fns, 2 * M * N * K, budget)
+            if args.cpu_time and threads == 1:
+                gops, med = cpu_time_calls(fns, 2 * M * N * K, budget)
+                gops |= {f"{k}_median": v for k, v in med.items()}
+            else:
+                gops = time_alternating(fns, 2 * M * N * K, budget)
             rows.append({"M": M, "N": N, "K": K, "threads": threads, **gops})
     conv_rows = []
     if not args.gemm_only:
@@ -150,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
             f"# vpdpbusd peak (1 thread): {peak_before:.0f} GOPS before, {peak_after:.0f} after; using {peak:.0f}"
         )
     header = f"{'M x N x K':>18} {'thr':>3} {'quanta':>8} {'heur.':>8} {'ORT':>8} {'q/ORT':>6} {'q/peak':>7} {'ORT/peak':>8}"
+    if args.cpu_time:
+        header += f" {'med. q':>7} {'med. ORT':>8} {'q/ORT':>6} {'q/peak':>7}"
     print(header)
     print("-" * len(header))
     for r in rows:
@@ -166,8 +184,22 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['quanta'] / thr_peak:7.1%}" if thr_peak else f"{'-':>7}",
             f"{ort_g / thr_peak:8.1%}" if (thr_peak and ort_g) else f"{'-':>8}",
         ]
+        if "quanta_median" in r:
+            q_med, o_med = r["quanta_median"], r.get("ort_median")
+            cells += [
+                f"{q_med:7.0f}",
+                f"{o_med:8.0f}" if o_med else f"{'-':>8}",
+                f"{q_med / o_med:6.2f}" if o_med else f"{'-':>6}",
+                f"{q_med / thr_peak:7.1%}" if thr_peak else f"{'-':>7}",
+            ]
         print(" ".join(cells))
     print("# q/peak and ORT/peak use threads x the single-thread peak; GEMV (M = 1) is memory bound.")
+    if args.cpu_time:
+        print(
+            "# one-thread rows: thread CPU time per call, alternating blocks (best call; med.: the median call)"
+        )
+    if hasattr(os, "getloadavg"):
+        print("# load average at the end: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     for M, N, K, threads, choice in tuned_rows:
         print(f"# tuner {M}x{N}x{K} thr {threads}: {choice or 'heuristic blocking kept'}")
     if conv_rows:

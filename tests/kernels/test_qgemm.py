@@ -345,9 +345,9 @@ def test_qgemm_few_rows_stream_b_and_give_the_rows_of_the_large_product(rows: in
 def test_qgemm_l2_sized_row_blocks_and_colterm_started_chunks() -> None:
     """Failure signature: rows of a later row block off by bias − zx'·cs (the column term
     the AVX-512 tiles start their first K chunk from, added twice or never), or garbage in
-    the last, shorter row block. One thread: B (32 panels, 1 MiB) leaves L2 room for 96
-    rows with their int32 output (qgemm.cc kL2Bytes), so M = 401 runs as 4 blocks of 88
-    rows and one of 49; two threads: a task's 4 panels leave MC at the 256 KiB A budget,
+    the last, shorter row block. One thread: B (32 panels, 1 MiB) leaves the L2 share of a
+    2 MiB L2 room for 96 rows with their int32 output (qgemm.cc l2_share_bytes), so M = 401
+    runs as 4 blocks of 88 rows and one of 49; two threads: a task's 4 panels leave MC at the 256 KiB A budget,
     2 blocks of 208 and 193. K = 1030 > KC gives two K chunks; zw != 0 adds the row-sum
     term, and a per-row zx the zx'[m]·cs one."""
     rng = np.random.default_rng(17)
@@ -359,6 +359,27 @@ def test_qgemm_l2_sized_row_blocks_and_colterm_started_chunks() -> None:
     check_all_variants(Case(x, w, 131, zw, np.dtype(np.int32), bias))
     zx_rows = rng.integers(0, 256, M).astype(np.int32)
     check_all_variants(Case(x, w, zx_rows, 7, np.dtype(np.int32), bias))
+
+
+@pytest.mark.parametrize("K", [259, 1030])
+def test_qgemm_int32_output_without_zero_points_stored_by_the_tile(K: int) -> None:
+    """An int32 output with no weight zero point, per-row zx or clamp is the 12 x 32 asm
+    tile's sums themselves, which it stores straight into y (qgemm_avx512vnni.cc
+    sums_are_output); every other case goes through the C++ output stage. Failure
+    signature: rows of a 12-row tile shifted or swapped (the four-row store groups), the
+    column term missing, or a partial last panel (N = 100: 3 full panels and 4 columns)
+    written past its columns. M = 69: five 12-row tiles, then 8 + 1 rows; K = 1030 gives two K
+    chunks (the first ends in the partial-sum buffer); uint8 and int8 x (the shifted zx)."""
+    rng = np.random.default_rng(23)
+    M, N = 69, 100
+    w = rng.integers(-128, 128, (K, N), dtype=np.int8)
+    bias = rng.integers(-(2**20), 2**20, N).astype(np.int32)
+    for x, zx in (
+        (rng.integers(0, 256, (M, K), dtype=np.uint8), 131),
+        (rng.integers(-128, 128, (M, K), dtype=np.int8), -7),
+    ):
+        check_all_variants(Case(x, w, zx, 0, np.dtype(np.int32), bias))
+        check_all_variants(Case(x, w, zx, 0, np.dtype(np.int32), None))
 
 
 def test_qgemm_int32_accumulator_wraps_long_k() -> None:

@@ -127,6 +127,39 @@ def test_workspace_reserved_before_tuning_still_fits() -> None:
         assert got.tobytes() == base.tobytes()
 
 
+def _l2_bytes() -> int | None:
+    """The L2 of CPU 0 as Linux reports it (from the CPU's cache descriptors, which qgemm
+    reads through sysconf), or None."""
+    for d in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level, kind, size = ((d / f).read_text().strip() for f in ("level", "type", "size"))
+        except OSError:
+            continue
+        if level == "2" and kind in ("Unified", "Data"):
+            scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1:], 1)
+            return int(size.rstrip("KM")) * scale
+    return None
+
+
+@pytest.mark.skipif("avx512vnni" not in ISAS, reason="the row-tiles-outer family is the avx512vnni one")
+def test_row_tiles_outer_follow_the_cores_l2() -> None:
+    """docs/kernels.md (GI2): the avx512vnni tiles run their rows outer (MC = MR) while the
+    task's packed B is under 3/4 of the running core's L2, and in A blocks from there on:
+    the share comes from the CPU (2 MiB of L2: 48 panels of K = 1024 are over it; 1 MiB:
+    24), not from a constant."""
+    l2 = _l2_bytes()
+    if l2 is None:
+        pytest.skip("the kernel does not report its L2 cache")
+    share = l2 // 4 * 3
+    K, M = 1024, 200
+    panel = 32 * K  # packed bytes of one 32-column panel
+    under = (share - 1) // panel  # the most panels whose B is under the share
+    assert _native.qgemm_blocking("avx512vnni", M, 32 * under, K, 1)["mc"] == MR["avx512vnni"]
+    assert _native.qgemm_blocking("avx512vnni", M, 32 * under - 5, K, 1)["mc"] == MR["avx512vnni"]
+    over = _native.qgemm_blocking("avx512vnni", M, 32 * (under + 1), K, 1)
+    assert over["mc"] >= 4 * MR["avx512vnni"], over
+
+
 def test_blocking_arguments_are_checked() -> None:
     with pytest.raises(ValueError, match="unknown field 'mr'"):
         _native.qgemm_set_tuned("portable", 4, 4, 4, 1, {"mr": 4})

@@ -125,8 +125,8 @@ struct KernelFamily {
   int a_bytes;  // x' storage bytes (1: uint8, 2: int16)
   TileFn tiles;
   // The tile streams B from L2 at full speed with its MR x KC x' bytes in L1: when the
-  // task's B fits in L2, the driver runs the row tiles outer and the panels inner (qgemm.cc
-  // row_tiles_outer_bytes). Else, and for the other families, large A blocks with B chunks
+  // task's B fits in 3/4 of the core's L2, the driver runs the row tiles outer and the panels
+  // inner (qgemm.cc l2_share_bytes). Else, and for the other families, large A blocks with B chunks
   // in L1.
   bool row_tiles_outer;
   // Rows per tile of the indirect form (TileArgs::a_rows, the implicit convolution): the

@@ -61,18 +61,23 @@ constexpr int64_t kKcBytes = 32 * 1024;
 // ~3 % slower, 128 KiB the same).
 constexpr int64_t kMcBytes = 256 * 1024;
 // L2 share for what one A block streams past: the packed B of the task's panels, the A
-// block and its output lines. When the task's B fits with an A block of >= kMinMcRows rows,
-// MC is cut so that all three stay in L2 and every A block re-reads B from L2 instead of
-// L3 (1024^3, one thread: B is 1 MiB, MC 256 -> 96 rows, about +0.7 %, the median of 5
-// alternating runs; with two threads a task holds 1/8 of B and MC stays 256, and 32-row
-// blocks there were 3 % slower). Otherwise B streams from L3 anyway and the large block
-// amortises it best (512 x 1024 x 4096: 32-row blocks ran at 60 % of the 64-row speed).
-// A family with row_tiles_outer takes MC = MR instead when the task's B fits
-// (row_tiles_outer_bytes: kL2Bytes for avx512vnni, the core's L2 for the avx2 pair-safe one):
-// each row tile's x' stays in L1 across the task's panels, B streams from L2, and the
-// tile's output rows are written left to right, a few pages at a time (1024^3, one thread,
-// 12 x 32 tile: ~+2 % over MC = 96; the 4 x 16 avx2 tile lost 10 % that way).
-constexpr int64_t kL2Bytes = 3 * 512 * 1024;
+// block and its output lines (docs/kernels.md (GI1)). When the task's B fits with an A
+// block of >= kMinMcRows rows, MC is cut so that all three stay in L2 and every A block
+// re-reads B from L2 instead of L3 (1024^3, one thread: B is 1 MiB, MC 256 -> 96 rows,
+// about +0.7 %, the median of 5 alternating runs; with two threads a task holds 1/8 of B
+// and MC stays 256, and 32-row blocks there were 3 % slower). Otherwise B streams from L3
+// anyway and the large block amortises it best (512 x 1024 x 4096: 32-row blocks ran at
+// 60 % of the 64-row speed).
+// A family with row_tiles_outer takes MC = MR instead when the task's B fits (GI2): each
+// row tile's x' stays in L1 across the task's panels, B streams from L2, and the tile's
+// output rows are written left to right, a few pages at a time (1024^3, one thread,
+// 12 x 32 tile: ~+2 % over MC = 96 on an Intel core with 2 MiB of L2; the 4 x 16 avx2
+// tile lost 10 % that way).
+// The share is 3/4 of the running core's L2 (l2_share_bytes), read from the CPU, not a
+// constant: 1.5 MiB on the 2 MiB L2 of Intel's Sapphire / Emerald Rapids where the blocking
+// was measured, 768 KiB on the 1 MiB L2 of Zen 4 / Zen 5, where a 1 MiB B streamed by the
+// row tiles from L3 ran at 0.88 of the peak in the tile against 0.93-0.95 from L2, and
+// 384 KiB on Zen 3's 512 KiB.
 constexpr int64_t kMinMcRows = 32;
 constexpr int64_t kChunksPerThread = 4;
 // Few rows (a transformer's tokens, a recurrent step, a classifier head): every row of a
@@ -100,18 +105,19 @@ int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 int64_t div_up(int64_t v, int64_t by) { return (v + by - 1) / by; }
 size_t align64(size_t v) { return (v + 63) / 64 * 64; }
 
-// The B a task may have for a row_tiles_outer family to run its row tiles outer: B must
-// stream from L2. The avx512vnni family keeps kL2Bytes (measured on cores with a 2 MiB
-// L2); the avx2 pair-safe family takes 3/4 of the running core's L2: on Zen 3 (512 KiB) a
-// 1024 x 1024 B streams from L3 that way, and 100-row blocks with B chunks in L1 ran ~2 %
-// faster (1024^3, 256 x 1024 x 1024, 128 x 768 x 768; one thread).
-int64_t row_tiles_outer_bytes(const KernelFamily& f) {
-  if (f.isa == Isa::kAvx512Vnni) return kL2Bytes;
-  static const int64_t l2 = [] {
+// 3/4 of the running core's L2 (sysconf, which reads the CPU's cache descriptors; 2 MiB
+// when it reports none): the B a task may have for a row_tiles_outer family to run its
+// row tiles outer, and the L2 share of the MC cut (see above kMinMcRows; docs/kernels.md
+// (GI1), (GI2)). On Zen 3 (512 KiB) a 1024 x 1024 B streamed by the row tiles comes from
+// L3, and ~100-row blocks with B chunks in L1 ran ~2 % faster for the avx2 pair-safe
+// family (1024^3, 256 x 1024 x 1024, 128 x 768 x 768; one thread).
+int64_t l2_share_bytes() {
+  static const int64_t share = [] {
     const long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    return v > 0 ? static_cast<int64_t>(v) : int64_t{2} * 1024 * 1024;
+    const int64_t l2 = v > 0 ? static_cast<int64_t>(v) : int64_t{2} * 1024 * 1024;
+    return l2 / 4 * 3;
   }();
-  return std::min(kL2Bytes, l2 / 4 * 3);
+  return share;
 }
 
 // The tuned table (qgemm.h set_tuned_blocking) and the shape recorder.
@@ -212,20 +218,21 @@ Plan make_plan(const QGemmParams& p) {
   pl.n_work = pl.tasks == 1 ? 1 : std::min<int64_t>(pl.units, int64_t{pl.tasks} * kChunksPerThread);
   if (pl.split_2d) pl.n_work = std::min<int64_t>(pl.units, 64);  // few small units: one per claim
 
-  // MC: see kMcBytes and kL2Bytes. Rows per block, then balanced over the blocks.
+  // MC: see kMcBytes and l2_share_bytes. Rows per block, then balanced over the blocks.
   const int64_t a_row_bytes = std::max<int64_t>(1, pl.Kp * f.a_bytes);
   int64_t mc_max = std::max<int64_t>(f.mr, kMcBytes / a_row_bytes / f.mr * f.mr);
   const int64_t task_panels = pl.split_n ? div_up(pl.n_panels, pl.n_work) : pl.n_panels;  // at most
   const int64_t b_bytes = task_panels * pl.Kp * f.nr * f.w_bytes;
   const int64_t y_bytes = p.out_type == OutType::kU8 || p.out_type == OutType::kS8 ? 1 : 4;
-  const int64_t l2_rows = (kL2Bytes - b_bytes) / (a_row_bytes + task_panels * f.nr * y_bytes) / f.mr * f.mr;
+  const int64_t l2_bytes = l2_share_bytes();
+  const int64_t l2_rows = (l2_bytes - b_bytes) / (a_row_bytes + task_panels * f.nr * y_bytes) / f.mr * f.mr;
   const bool stream = f.row_tiles_outer && pl.M <= kStreamRows;
   if (stream) {
     mc_max = std::max(mc_max, round_up(pl.M, f.mr));
     pl.stream_prefetch = pl.M >= kStreamPrefetchMinRows ? kStreamPrefetch : 0;
-  } else if (b_bytes < row_tiles_outer_bytes(f) && f.row_tiles_outer) {
+  } else if (b_bytes < l2_bytes && f.row_tiles_outer) {
     mc_max = f.mr;
-  } else if (b_bytes < kL2Bytes && l2_rows >= kMinMcRows) {
+  } else if (b_bytes < l2_bytes && l2_rows >= kMinMcRows) {
     mc_max = std::min(mc_max, l2_rows);
   }
   pl.mc = round_up(div_up(pl.M, std::max<int64_t>(1, div_up(pl.M, mc_max))), f.mr);  // balanced blocks
@@ -423,7 +430,7 @@ const KernelFamily& kernel_family(Isa isa) {
 const KernelFamily& kernel_family(const PackedWeights& w) {
   // Row tiles outer: the 5 x K uint8 x' rows of a tile stay in L1 while the panels stream
   // from L2 (Zen 5, 2 MiB L2, 1024^3, fastest calls, loaded machine: 1.29x -> 0.87-0.92x
-  // ONNX Runtime's AVX2 time; on a smaller L2 only for a smaller B, row_tiles_outer_bytes);
+  // ONNX Runtime's AVX2 time; on a smaller L2 only for a smaller B, l2_share_bytes);
   // the 6-row int16 family measured no better that way (1.41x -> 1.27-1.48x).
   static const KernelFamily kAvx2Narrow = family_of<Avx2NarrowLayout>(
       Isa::kAvx2, select_kernel("qgemm", "u8s8p->s32", Isa::kAvx2)->kernel, qgemm_tiles_avx2_narrow, true);

@@ -38,6 +38,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 
 #include "qgemm/fold.h"
 #include "qgemm/kernel.h"
@@ -483,13 +484,21 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
 #define QG_COPY_ROW(r, r2)                                       \
   "vmovdqa64 %%zmm0, %%zmm" #r "\n\t"                            \
   "vmovdqa64 %%zmm12, %%zmm" #r2 "\n\t"
-#define QG_STORE_ROW(r, r2)                                      \
-  "vmovdqu64 %%zmm" #r ", " #r "*128(%[out])\n\t"                \
-  "vmovdqu64 %%zmm" #r2 ", " #r "*128+64(%[out])\n\t"
+// row r's 32 sums (zmm r, zmm r2) at `at`; the rows of a group of four at a0, a0 + os,
+// a0 + 2os and a0 + 3os (a4 = 3os)
+#define QG_STORE_ROW(r, r2, at)                                  \
+  "vmovdqu64 %%zmm" #r ", " at "\n\t"                           \
+  "vmovdqu64 %%zmm" #r2 ", 64" at "\n\t"
+#define QG_STORE_FOUR(r0, r1, r2, r3, h0, h1, h2, h3)             \
+  QG_STORE_ROW(r0, h0, "(%[a0])")                                \
+  QG_STORE_ROW(r1, h1, "(%[a0],%[os])")                          \
+  QG_STORE_ROW(r2, h2, "(%[a0],%[os],2)")                        \
+  QG_STORE_ROW(r3, h3, "(%[a0],%[a4])")
 
 // The operands of the 12-row asm tiles (tile12, tile12_narrow): rows 0-3, 4-7 and 8-11
 // from a0, a4, a8 with the index s, 2s or 3s; n4 iterations of four k-groups, then n1
-// single groups; the sums start from `init` and end in `out` (see tile12).
+// single groups; the sums start from `init` and end in `out`, rows `os` bytes apart
+// (tile12; the narrow tile stores rows NR int32 apart).
 struct Tile12Operands {
   const uint8_t *a0, *a4, *a8;
   int64_t s, s3;
@@ -497,6 +506,7 @@ struct Tile12Operands {
   int64_t n4, n1, accumulate;
   const int32_t* init;
   int32_t* out;
+  int64_t os = kNR * 4;
   Tile12Operands(const TileArgs& t, int64_t r0, int32_t* buf)
       : a0(static_cast<const uint8_t*>(t.a) + r0 * t.a_row_stride),
         a4(a0 + 4 * t.a_row_stride),
@@ -512,7 +522,8 @@ struct Tile12Operands {
 };
 #define QG_TILE12_OPERANDS \
   : [a0] "+r"(g.a0), [a4] "+r"(g.a4), [a8] "+r"(g.a8), [b] "+r"(g.b), [n4] "+r"(g.n4), [n1] "+r"(g.n1) \
-  : [s] "r"(g.s), [s3] "r"(g.s3), [init] "r"(g.init), [out] "r"(g.out), [acc] "r"(g.accumulate), [pf] "r"(pf)
+  : [s] "r"(g.s), [s3] "r"(g.s3), [init] "r"(g.init), [out] "r"(g.out), [acc] "r"(g.accumulate), [pf] "r"(pf), \
+    [os] "r"(g.os)
 
 #define QG_TILE12_ASM(PF) \
   __asm__ volatile( \
@@ -555,19 +566,39 @@ struct Tile12Operands {
       "dec %[n1]\n\t" \
       "jnz 3b\n\t" \
       "4:\n\t" \
-      QG_STORE_ROW(0, 12) QG_STORE_ROW(1, 13) QG_STORE_ROW(2, 14) QG_STORE_ROW(3, 15) \
-      QG_STORE_ROW(4, 16) QG_STORE_ROW(5, 17) QG_STORE_ROW(6, 18) QG_STORE_ROW(7, 19) \
-      QG_STORE_ROW(8, 20) QG_STORE_ROW(9, 21) QG_STORE_ROW(10, 22) QG_STORE_ROW(11, 23) \
+      "mov %[out], %[a0]\n\t" \
+      "lea (%[os],%[os],2), %[a4]\n\t" \
+      QG_STORE_FOUR(0, 1, 2, 3, 12, 13, 14, 15) \
+      "lea (%[a0],%[os],4), %[a0]\n\t" \
+      QG_STORE_FOUR(4, 5, 6, 7, 16, 17, 18, 19) \
+      "lea (%[a0],%[os],4), %[a0]\n\t" \
+      QG_STORE_FOUR(8, 9, 10, 11, 20, 21, 22, 23) \
       QG_TILE12_OPERANDS \
       : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", \
         "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", \
         "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31");
 
 // clang-format on
+// The sums are the output when it is int32 with nothing to fold or clamp and the panel
+// has 32 columns (a MatMulInteger / ConvInteger without weight zero points): finish_tile
+// would store them unchanged, so the asm stores them into y itself instead of into the
+// stack buffer for the C++ stage to reload (1024^3 with int32 output, one thread: the
+// stage was ~4 % of the time, perf samples on an Intel Xeon).
+inline bool sums_are_output(const TileArgs& t) {
+  const Epilogue& e = *t.epi;
+  return t.finish && t.cols == kNR && e.kind == EpiKind::kS32 && e.zw == nullptr && e.zx_row == nullptr &&
+         e.rowterm == nullptr && e.lo == INT32_MIN && e.hi == INT32_MAX;
+}
+
 __attribute__((always_inline)) inline void tile12(const TileArgs& t, int64_t r0) {
   constexpr int MR = 12;
   alignas(64) int32_t buf[MR * kNR];
   Tile12Operands g(t, r0, buf);
+  const bool direct = sums_are_output(t);
+  if (direct) {
+    g.out = static_cast<int32_t*>(t.epi->y) + (t.m0 + r0) * t.epi->y_row_stride + t.n0;
+    g.os = t.epi->y_row_stride * 4;
+  }
   if (t.prefetch > 0) {
     const int64_t pf = t.prefetch;
     QG_TILE12_ASM(QG_PREFETCH_B)
@@ -575,7 +606,7 @@ __attribute__((always_inline)) inline void tile12(const TileArgs& t, int64_t r0)
     const int64_t pf = 0;
     QG_TILE12_ASM(QG_NO_PREFETCH)
   }
-  if (!t.finish) return;  // the sums are in partial
+  if (!t.finish || direct) return;  // the sums are in partial, or in y
   finish_rows<MR, false>(t, r0, BufRows{buf});
 }
 
@@ -687,6 +718,7 @@ __attribute__((always_inline)) inline void tile12_narrow(const TileArgs& t, int6
 #undef QG_LOAD_ROW
 #undef QG_COPY_ROW
 #undef QG_STORE_ROW
+#undef QG_STORE_FOUR
 
 // Indirect rows (kernel.h TileArgs::a_rows): the n_taps chunks of one call with the sums
 // in registers, row r's bytes of tap i at a_rows[r] + tap_offset[i] (a convolution's
@@ -865,16 +897,26 @@ void qgemm_tiles_avx512vnni(const TileArgs& t) {
 // 20 independent vpdpbusd chains on registers (latency 5 cycles, up to 2 per cycle on the
 // CPUs we know of: 10 chains would do; 20 leaves margin), counted in 2·64 ops each. The
 // rate of the best batch (~3 ms each) is returned, as the GEMM benchmarks keep their best
-// batch: on a shared machine the wall time of the whole probe includes the time other
-// processes held the core (with 10 runnable processes on 2 cores it read 40 % of the
-// best batch's rate).
+// batch, each batch timed in this thread's CPU time: on a shared machine the wall time of
+// the whole probe includes the time other processes held the core (with 10 runnable
+// processes on 2 cores it read 40 % of the best batch's rate), and so does a batch that
+// the scheduler cuts. The register-only loop loses nothing else to other processes, and
+// the GEMMs it is compared with are timed the same way (benchmarks/kernels.py --cpu-time).
+namespace {
+double thread_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+}  // namespace
+
 double vnni_peak_probe_avx512vnni(double seconds) {
   using clock = std::chrono::steady_clock;
   constexpr long kBatch = 1 << 20;
   const auto t0 = clock::now();
   double best = 0.0;
   do {
-    const auto b0 = clock::now();
+    const double b0 = thread_seconds();
     long n = kBatch;
     // clang-format off
     __asm__ volatile(
@@ -891,7 +933,7 @@ double vnni_peak_probe_avx512vnni(double seconds) {
         : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
           "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm30", "xmm31");
     // clang-format on
-    const double dt = std::chrono::duration<double>(clock::now() - b0).count();
+    const double dt = std::max(1e-9, thread_seconds() - b0);
     best = std::max(best, kBatch * 20.0 * 64.0 * 2.0 / dt / 1e9);
   } while (std::chrono::duration<double>(clock::now() - t0).count() < seconds);
   return best;
