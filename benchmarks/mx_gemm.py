@@ -13,6 +13,12 @@ Columns:
 - ``mxfp8``: MXFP8 E4M3 x E4M3 (exact float64 block dots), ``mxfp4w``: MXFP8 E4M3
   activations x MXFP4 weights (same path).
 ratio = mxint8 / int8 (the issue's bar: >= 0.75).
+
+``--isa avx2`` (or ``portable``) forces that ISA's kernels for both libraries' columns
+(``_native.set_isa``; the int8 GEMM and the MX kernels alike). ``--tile12`` adds one
+``mxint8`` column per form of the avx512vnni 12-row tile (``_native.mx_set_tile12``:
+halves_scalef, halves_fma, wide; all bit-identical), timed in the same interleaved rounds,
+and prints each one's ratio to int8; the ``mxint8`` column is then the CPU's default form.
 """
 
 from __future__ import annotations
@@ -64,13 +70,19 @@ def main(argv: list[str] | None = None) -> None:
         help="one thread: best of rounds of this thread's CPU time (time.thread_time) per kernel, "
         "interleaved, instead of wall-clock blocks: preemption by other processes does not count",
     )
+    ap.add_argument("--isa", help="force this ISA's kernels (portable, avx2, avx512vnni)")
+    ap.add_argument("--tile12", action="store_true", help="one mxint8 column per avx512vnni 12-row tile form")
     args = ap.parse_args(argv)
+    if args.isa:
+        _native.set_isa(args.isa)
+    forms = ("halves_scalef", "halves_fma", "wide") if args.tile12 else ()
     budget = 0.6 if args.quick else 2.0
     rng = np.random.default_rng(0)
-    print(f"isa {_native.active_isa()}, block 32")
+    print(f"isa {_native.active_isa()}, block 32, avx512vnni 12-row tile form {_native.mx_tile12()}")
     print(
         f"{'M':>5} {'N':>5} {'K':>5} {'thr':>3} {'int8':>8} {'mxint8':>8} {'mxint8+q':>9} {'ratio':>6}"
         + ("" if args.no_fp else f" {'mxfp8':>8} {'mxfp4w':>8}")
+        + "".join(f" {f:>13}" for f in forms)
     )
     for M, N, K in SHAPES:
         w8 = rng.integers(-128, 128, (K, N), dtype=np.int8)
@@ -108,6 +120,16 @@ def main(argv: list[str] | None = None) -> None:
                 fns["mxfp4w"] = lambda a=ab8, c=ac8, p=fp["f4"], t=t: _native.mx_gemm(
                     a, c, "f8e4m3fn", p, None, num_threads=t
                 )
+            for f in forms:
+
+                def run_form(a=a_bits, c=a_codes, pb=pb, t=t, f=f):
+                    _native.mx_set_tile12(f)
+                    try:
+                        return _native.mx_gemm(a, c, "i8", pb, None, num_threads=t)
+                    finally:
+                        _native.mx_set_tile12("")
+
+                fns["mx:" + f] = run_form
             if args.cpu_time and t == 1:
                 g = _cpu_time_gops(fns, 2 * M * N * K, budget)
             else:
@@ -118,6 +140,8 @@ def main(argv: list[str] | None = None) -> None:
             )
             if fp:
                 line += f" {g['mxfp8']:>8.1f} {g['mxfp4w']:>8.1f}"
+            for f in forms:
+                line += f" {g['mx:' + f]:>6.1f} ({g['mx:' + f] / g['int8']:.2f})"
             print(line, flush=True)
 
 

@@ -270,3 +270,69 @@ def test_gemm_i8_row_blocks_and_k_chunks(isa, M):
     for threads in (1, 2):
         got = _native.mx_gemm(_bits(a_el), a_c.view(np.uint8), "i8", packed, bias, num_threads=threads)
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), threads
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("block", [32, 12, 8, 9])
+def test_quantize_i8_every_element_pattern_in_whole_and_masked_lanes(isa, block):
+    # the vectorized INT8 quantizers run whole vectors (8 lanes on avx2, 16 on avx512vnni)
+    # and masked last vectors: every INT8 value, every midpoint between neighbours (ties
+    # to even) and its two float neighbours, in blocks whose first element pins the scale
+    # to 2^0, so that each candidate lands in whole and in masked lanes across the blocks
+    v = np.arange(128, dtype=np.float64) / 64
+    mids = (v[:-1] + v[1:]) / 2
+    cand = np.concatenate([v, -v, mids, -mids, np.nextafter(mids, 0), np.nextafter(mids, 9e9), [2.0, -2.0]])
+    per = block - 1
+    pad = (-len(cand)) % per
+    cand = np.concatenate([cand, np.full(pad, -0.0)]).reshape(-1, per)
+    x = np.concatenate([np.full((len(cand), 1), 1.0), cand], axis=1).astype(np.float32)
+    x = (x * np.float32(2.0**-9)).reshape(1, -1)[:, : x.size - 3]  # a short last block
+    el, codes = mx.quantize_mx(x, "i8", axis=1, block=block)
+    bits, c = _native.mx_quantize(x, "i8", block, isa=isa)
+    assert np.array_equal(c, codes.view(np.uint8))
+    assert np.array_equal(bits, _bits(el))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("block", [1, 3, 7, 17, 20, 33, 40, 258])
+def test_quantize_i8_special_values_in_every_lane(isa, block):
+    # NaN / ±Inf alone in the last lane of a whole vector, of a masked vector and of the
+    # short last block; amax at float32's largest and at a subnormal; signed zeros
+    rng = np.random.default_rng(block)
+    K = 3 * block + 5
+    x = _data(rng, (9, K), spread=3.0)
+    x[1, K - 1] = np.nan
+    x[2, block - 1] = np.inf
+    x[3, min(7, block - 1)] = -np.inf
+    x[4] = 0.0
+    x[4, block // 2] = np.float32(-(2.0**-147))
+    x[5, :block] = -0.0
+    x[6, K - 2] = np.finfo(np.float32).max
+    x[7, : 2 * block] = np.float32(3.0 * 2.0**-149)
+    x[8, ::5] = np.float32(-(2.0**127))
+    el, codes = mx.quantize_mx(x, "i8", axis=1, block=block)
+    for threads in (1, 2):
+        bits, c = _native.mx_quantize(x, "i8", block, num_threads=threads, isa=isa)
+        assert np.array_equal(c, codes.view(np.uint8)), (isa, threads)
+        assert np.array_equal(bits, _bits(el)), (isa, threads)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("block", [255, 256, 300])
+def test_gemm_i8_long_blocks_extreme_column_sums(isa, block):
+    # blocks of 256 and more: a column of −128 sums to 128·block, past int16; the
+    # avx512vnni tile starts each block sum at −128·Σ_block w and must hold it whole
+    rng = np.random.default_rng(block)
+    M, K, N = 13, 2 * block + 37, 40
+    a = rng.choice(np.array([-128, 127, -127, 0], np.int8), size=(M, K))
+    b = np.full((K, N), -128, np.int8)
+    b[:, 1] = 127
+    b[:, 2:] = rng.integers(-128, 128, (K, N - 2))
+    a[1] = 127
+    nb = -(-K // block)
+    a_c = rng.integers(110, 140, (M, nb)).astype(np.uint8)
+    b_c = rng.integers(110, 140, (nb, N)).astype(np.uint8)
+    want = mx.mx_gemm(*_with_codes(a, a_c, b, b_c), block)
+    packed = _native.mx_pack_weights(_bits(b), b_c, "i8", block, isa=isa)
+    got = _native.mx_gemm(_bits(a), a_c, "i8", packed)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))

@@ -145,6 +145,13 @@ void register_mx(py::module_& m) {
   m.def("mx_gemm", &gemm_impl, py::arg("a_bits"), py::arg("a_codes"), py::arg("a_fmt"), py::arg("packed"),
         py::arg("bias") = py::none(), py::arg("num_threads") = 1,
         "Y = A · B for MX operands (eqs. (MX5)-(MX6)), float32 [M, N].");
+  m.def(
+      "mx_set_tile12", [](const std::string& name) { mx::set_tile12(name); }, py::arg("name") = "",
+      "Force the avx512vnni MXINT8 12-row tile's form ('halves_scalef', 'halves_fma', 'wide'; '': the CPU's "
+      "default). Every form gives the same bits; tests and benchmarks compare them.");
+  m.def(
+      "mx_tile12", [] { return std::string(mx::tile12_forced()); },
+      "The avx512vnni MXINT8 12-row tile's forced form, or 'auto' (by the CPU and B's size).");
 }
 
 }  // namespace quanta

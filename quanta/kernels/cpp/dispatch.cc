@@ -45,6 +45,12 @@ CpuFeatures detect() {
   return f;
 }
 
+bool detect_intel() {
+  unsigned int eax, ebx, ecx, edx;
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
+  return ebx == 0x756e6547u && edx == 0x49656e69u && ecx == 0x6c65746eu;  // "Genu" "ineI" "ntel"
+}
+
 const CpuFeatures& features() {
   static const CpuFeatures f = detect();
   return f;
@@ -55,6 +61,11 @@ int g_vbmi_override = -1;  // -1: as the CPU says; 0: off; 1: on
 int g_bf16_override = -1;  // the same for AVX512_BF16
 
 }  // namespace
+
+bool cpu_vendor_intel() {
+  static const bool intel = detect_intel();
+  return intel;
+}
 
 const char* isa_name(Isa isa) {
   switch (isa) {
@@ -119,12 +130,12 @@ const std::vector<KernelRow>& kernel_table() {
       // MX (mx/mx.h): INT8 block dots in int32, float elements in exact float64 dots.
       {"mx_gemm", "mxint8->f32", Isa::kPortable, "mx_i8_1x32c4__portable", {}},
       {"mx_gemm", "mxint8->f32", Isa::kAvx2, "mx_i8_6x16c2__avx2", {}},
-      {"mx_gemm", "mxint8->f32", Isa::kAvx512Vnni, "mx_i8_6x32c4__avx512vnni", {}},
+      {"mx_gemm", "mxint8->f32", Isa::kAvx512Vnni, "mx_i8_12x32c4__avx512vnni", {}},
       {"mx_gemm", "mxfp->f32", Isa::kPortable, "mx_f64_1xN__portable", {}},
       {"mx_gemm", "mxfp->f32", Isa::kAvx2, "mx_f64_1xN__avx2", {}},
       {"mx_gemm", "mxfp->f32", Isa::kAvx512Vnni, "mx_f64_1xN__avx512vnni", {}},
       {"mx_quantize", "f32->mxint8", Isa::kPortable, "mx_quantize_i8__portable", {}},
-      {"mx_quantize", "f32->mxint8", Isa::kAvx2, "mx_quantize_i8__avx2", {}},
+      {"mx_quantize", "f32->mxint8", Isa::kAvx2, "mx_quantize_i8_8__avx2", {}},
       {"mx_quantize", "f32->mxint8", Isa::kAvx512Vnni, "mx_quantize_i8_16__avx512vnni", {}},
       {"mx_quantize", "f32->mxfp", Isa::kPortable, "mx_quantize_fp__portable", {}},
   };

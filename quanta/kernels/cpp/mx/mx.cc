@@ -113,6 +113,42 @@ uint8_t encode_element(Elem e, float y) {
 
 namespace {
 
+int g_tile12 = -1;  // -1: the CPU's default
+
+}  // namespace
+
+Tile12 tile12_form(const PackedMx& b) {
+  if (g_tile12 >= 0) return static_cast<Tile12>(g_tile12);
+  if (!cpu_vendor_intel()) return Tile12::kHalvesScalef;
+  return b.i8.size() + b.init.size() > kMxWideBytes ? Tile12::kWide : Tile12::kHalvesFma;
+}
+
+const char* tile12_forced() { return g_tile12 >= 0 ? tile12_name(static_cast<Tile12>(g_tile12)) : "auto"; }
+
+const char* tile12_name(Tile12 f) {
+  switch (f) {
+    case Tile12::kHalvesScalef: return "halves_scalef";
+    case Tile12::kHalvesFma: return "halves_fma";
+    case Tile12::kWide: return "wide";
+  }
+  return "?";
+}
+
+void set_tile12(const std::string& name) {
+  if (name.empty()) {
+    g_tile12 = -1;
+    return;
+  }
+  for (int f = 0; f < 3; ++f)
+    if (name == tile12_name(static_cast<Tile12>(f))) {
+      g_tile12 = f;
+      return;
+    }
+  throw std::invalid_argument("mx tile12 form '" + name + "': expected one of halves_scalef, halves_fma, wide");
+}
+
+namespace {
+
 void quantize_rows_any(const float* x, uint8_t* bits, uint8_t* codes, int64_t r0, int64_t r1, int64_t K, int block,
                        Elem e) {
   const ElemInfo f = elem_info(e);
@@ -180,12 +216,16 @@ PackedMx pack(const uint8_t* bits, const uint8_t* codes, int64_t K, int64_t N, i
   const int64_t panels = b.Np / 32;
   if (e == Elem::kInt8) {
     b.i8.resize(static_cast<size_t>(panels) * b.nb * b.kb * 32);
-    b.comp.assign(static_cast<size_t>(b.nb) * b.Np, 0);
     b.sbp.assign(static_cast<size_t>(b.nb) * b.Np, 1.0f);
     for (int64_t p = 0; p < panels; ++p)
       for (int k = 0; k < b.nb; ++k)
         for (int j = 0; j < 32; ++j)
           b.sbp[(static_cast<size_t>(p) * b.nb + k) * 32 + j] = b.sb[static_cast<size_t>(k) * b.Np + p * 32 + j];
+    // Σ_block b per column, [panel][block][32]: the portable loop reads it as comp = 128·Σ
+    // (eq. (8)), the avx512vnni tiles as nsum = −Σ; the avx2 tile multiplies signed int16
+    // and reads neither
+    const bool sums = isa != Isa::kAvx2;
+    std::vector<int32_t> colsum(sums ? static_cast<size_t>(b.nb) * b.Np : 0, 0);
     for (int64_t p = 0; p < panels; ++p)
       for (int k = 0; k < b.nb; ++k)
         for (int i = 0; i < b.kb; ++i) {
@@ -200,9 +240,14 @@ PackedMx pack(const uint8_t* bits, const uint8_t* codes, int64_t K, int64_t N, i
                                    ? (((2 * p + j / 16) * b.nb + k) * (b.kb / 2) + i / 2) * 32 + (j % 16) * 2 + i % 2
                                    : (((p * b.nb + k) * (b.kb / 4) + i / 4) * 32 + j) * 4 + i % 4;
             b.i8.data()[at] = static_cast<uint8_t>(v);
-            b.comp[(static_cast<size_t>(p) * b.nb + k) * 32 + j] += 128 * v;
+            if (sums) colsum[(static_cast<size_t>(p) * b.nb + k) * 32 + j] += v;
           }
         }
+    if (isa == Isa::kPortable) {
+      b.comp.resize(colsum.size());
+      for (size_t i = 0; i < colsum.size(); ++i) b.comp[i] = 128 * colsum[i];
+    }
+    if (isa != Isa::kAvx512Vnni) return b;
     b.nsum.assign(static_cast<size_t>(b.nb) * b.Np, 0);
     b.cbp.assign(static_cast<size_t>(b.nb) * b.Np, 127);
     std::vector<uint8_t> zero_col(static_cast<size_t>(b.nb) * b.Np, 1);
@@ -214,7 +259,7 @@ PackedMx pack(const uint8_t* bits, const uint8_t* codes, int64_t K, int64_t N, i
           const int64_t n = p * 32 + j;
           if (n >= N) continue;
           const size_t at = (static_cast<size_t>(p) * b.nb + k) * 32 + j;
-          b.nsum[at] = static_cast<int16_t>(-(b.comp[at] / 128));
+          b.nsum[at] = -colsum[at];
           bool zero = true;
           for (int64_t kk = static_cast<int64_t>(k) * block; kk < std::min<int64_t>(K, (k + 1) * int64_t{block}); ++kk)
             zero = zero && bits[kk * N + n] == 0;
@@ -235,7 +280,7 @@ PackedMx pack(const uint8_t* bits, const uint8_t* codes, int64_t K, int64_t N, i
       for (size_t at = static_cast<size_t>(p) * b.nb * 32; at < static_cast<size_t>(p + 1) * b.nb * 32; ++at)
         if (zero_col[at]) b.cbp[at] = static_cast<uint8_t>(b.cb_lo[p]);
     }
-    if (isa == Isa::kAvx512Vnni && block < 256) {  // |D_k| ≤ block·2^14 < 2^22
+    if (block < 256) {  // |D_k| ≤ block·2^14 < 2^22
       b.init.resize(static_cast<size_t>(b.nb) * b.Np * 4);
       int32_t* init = reinterpret_cast<int32_t*>(b.init.data());
       for (int64_t p = 0; p < panels; ++p) {
@@ -279,8 +324,9 @@ void gemm_i8_tiled(const uint8_t* a_bits, const uint8_t* a_codes, int64_t M, con
   a.tiles = (M + T - 1) / T;
   a.rs = static_cast<int>(std::min<int64_t>(T, std::max<int64_t>(M, 1)));
   a.sa = sa;
-  a.a.assign(static_cast<size_t>(a.tiles) * nb * kb * a.rs, 128);
+  a.a.reset(new uint8_t[static_cast<size_t>(a.tiles) * nb * kb * a.rs]);
   a.ef.assign(static_cast<size_t>(a.tiles) * nb * a.rs, 0.0f);
+  a.sf.assign(static_cast<size_t>(a.tiles) * nb * a.rs, 0.0f);
   a.lo.assign(a.tiles, 255);
   a.hi.assign(a.tiles, 0);
   qgemm::parallel_ranges(num_threads, a.tiles, 8,
@@ -362,9 +408,6 @@ void gemm(const uint8_t* a_bits, const uint8_t* a_codes, Elem a_elem, int64_t M,
         const int64_t p = c % panels, rb = c / panels;
         const int64_t m0 = rb * mc, m1 = std::min(M, m0 + mc);
         switch (b.isa) {
-          case Isa::kAvx512Vnni:
-            gemm_i8_avx512vnni(au.data(), sa.data(), b, bias, y, M, m0, m1, p, p + 1, k0, k1);
-            break;
           case Isa::kAvx2: gemm_i8_avx2(a16.data(), sa.data(), b, bias, y, M, m0, m1, p, p + 1, k0, k1); break;
           default: gemm_i8_portable(au.data(), sa.data(), b, bias, y, M, m0, m1, p, p + 1, k0, k1); break;
         }

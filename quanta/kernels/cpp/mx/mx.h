@@ -22,14 +22,16 @@
 // Elements cross the boundary as their bit patterns (uint8), scales as E8M0 codes (uint8).
 //
 // Layering: bindings_mx.cc (checks) -> mx.cc (packing, threads, dispatch) -> the ISA
-// files: mx_avx512vnni.cc (the INT8 vpdpbusd tile, the vectorized INT8 quantize),
-// mx_avx2.cc (the INT8 vpmaddwd tile; the rest as mx_portable.cc) and mx_portable.cc
+// files: mx_avx512vnni.cc (the INT8 vpdpbusd tiles, the vectorized INT8 quantize),
+// mx_avx2.cc (the INT8 vpmaddwd tile, the vectorized INT8 quantize; the float-element
+// GEMM as mx_portable.cc) and mx_portable.cc
 // (the generic code of mx_impl.h, compiled per ISA).
 // Threads: column panels (or rows) are split between threads; every output is computed
 // by the same instructions on any thread, so results do not depend on num_threads.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,11 @@
 #include "qgemm/qgemm.h"
 
 namespace quanta {
+
+// The CPU's vendor string is "GenuineIntel" (dispatch.cc, where cpuid is read): the MX
+// tile picks its rescale form by it (tile12_form below).
+bool cpu_vendor_intel();
+
 namespace mx {
 
 enum class Elem : int { kInt8 = 0, kE4M3 = 1, kE5M2 = 2, kE3M2 = 3, kE2M3 = 4, kE2M1 = 5 };
@@ -60,8 +67,7 @@ void quantize(const float* x, uint8_t* bits, uint8_t* codes, int64_t rows, int64
               int num_threads);
 
 // Weights B [K, N] packed once. INT8: panels of 32 columns, per block ceil(block/4) groups
-// of 4 k (zero padded), bytes [panel][block][group][32][4]; comp[k][n] = 128·Σ_block b
-// (vpdpbusd's u8 shift, eq. (8)), [panel][block][32]. INT8 packed for avx2: half panels of
+// of 4 k (zero padded), bytes [panel][block][group][32][4]. INT8 packed for avx2: half panels of
 // 16 columns, per block kb/2 pairs of k, bytes [half panel][block][pair][16][2] (the
 // vpmaddwd tile of mx_avx2.cc, eq. (MA1)). Other formats: n as double, [block][kb][Np].
 struct PackedMx {
@@ -73,19 +79,23 @@ struct PackedMx {
   // 16 bytes past a line, and every 64-byte load would then touch two lines)
   qgemm::AlignedBuffer i8;
   const int8_t* i8p() const { return reinterpret_cast<const int8_t*>(i8.data()); }
+  // INT8 on portable only (the generic loop's u8 shift, eq. (8)): 128·Σ_block b,
+  // [panel][block][32]; empty on avx2 (signed int16 products: no shift) and avx512vnni
+  // (nsum, init)
   std::vector<int32_t> comp;
   std::vector<double> f64;
   std::vector<float> sb;  // [nb][Np] fl32(2^(e − f_B)); NaN for code 255
-  // INT8: comp and the scales panel-major, [panel][block][32]: the tile reads them with
+  // INT8: the scales panel-major, [panel][block][32]: the tiles read them with
   // a unit stride (a [block][Np] layout put every block's line in one L1 set at N = 1024)
   std::vector<float> sbp;
   std::vector<uint8_t> bad;  // [nb][Np] a NaN/Inf element in the block
-  // INT8, for the avx512vnni tile (mx_avx512vnni.cc): −Σ_block b as int16 (the tile
-  // shifts it by 7: −comp), the E8M0 codes, [panel][block][32]; per panel the smallest
+  // INT8 on avx512vnni only (mx_avx512vnni.cc): −Σ_block b as int32 (the tile shifts it
+  // by 7: −128·Σ, eq. (8); |Σ| reaches 128·block, past int16 from block 256), the E8M0
+  // codes, [panel][block][32]; per panel the smallest
   // and largest code of the blocks that are not all zero (255 with a NaN scale; 127 when
   // every block is zero). An all-zero block column carries the panel's smallest code: its
   // products are +0 under any positive scale.
-  std::vector<int16_t> nsum;
+  std::vector<int32_t> nsum;
   std::vector<uint8_t> cbp;
   std::vector<int> cb_lo, cb_hi;
   // INT8 on avx512vnni, panels whose codes cbp all lie in [kMxInitLo, kMxInitHi]: the
@@ -109,13 +119,37 @@ struct PackedMxA {
   // Rows a tile holds in the layout: kMxTileRows, or M when M is smaller (a GEMV's one
   // row then streams 32 bytes of A a block, not a 12-row tile's 384, beside each panel)
   int rs = kMxTileRows;
-  std::vector<uint8_t> a;
+  // uninitialized when allocated: the packer writes every byte (pads: 128)
+  std::unique_ptr<uint8_t[]> a;
   // per tile, block and row: fl32(code − 133), the exponent of A's factor of eq. (MX5b)'s
   // scale, 2^(code − 127 − f_A)
   std::vector<float> ef;
+  // the same positions as ef: fl32(2^(code − 133)) (the fma forms of the 12-row tile)
+  std::vector<float> sf;
   std::vector<int> lo, hi;
   const float* sa = nullptr;  // [M][nb] fl32(2^(code − 133)), NaN for 255 (the exact path)
 };
+
+// The rescale form of the avx512vnni 12-row fast tile (mx_avx512vnni.cc); every form gives
+// the same bits. kHalvesScalef: two 6-row halves, the float sums in registers, vsubps +
+// vscalefps + vaddps per 16 outputs and block; kHalvesFma: the same with vsubps + fma;
+// kWide: one 12-row pass (each B load feeds 12 rows), the float sums in L1, vsubps + fma.
+enum class Tile12 : int { kHalvesScalef = 0, kHalvesFma = 1, kWide = 2 };
+// The form for B: set_tile12's, else by the CPU. On Intel cores (every 512-bit vector
+// operation takes a vpdpbusd port, so the fma forms' two operations per 16 outputs and
+// block beat three) kHalvesFma while B's packed bytes fit kMxWideBytes, kWide past that
+// (it reads B once per tile, the halves twice); elsewhere kHalvesScalef (vsubps,
+// vscalefps and vaddps run beside vpdpbusd, an fma or a 512-bit store takes its slot).
+Tile12 tile12_form(const PackedMx& b);
+// 1.5 MiB, three quarters of the 2 MiB L2 of the Xeon it was measured on: 1024 x 1024
+// B (1.1 MB) ran faster as halves, 768 x 3072 (2.6 MB) as wide
+constexpr size_t kMxWideBytes = size_t{3} << 19;
+// "halves_scalef" / "halves_fma" / "wide", or "" for the CPU's default (tests and
+// benchmarks compare the forms); throws std::invalid_argument otherwise.
+void set_tile12(const std::string& name);
+// The forced form's name, or "auto"
+const char* tile12_forced();
+const char* tile12_name(Tile12 f);
 
 PackedMx pack(const uint8_t* bits, const uint8_t* codes, int64_t K, int64_t N, int block, Elem e, Isa isa);
 
@@ -144,8 +178,6 @@ void pack_a_i8_avx512vnni(const uint8_t* a_bits, const uint8_t* a_codes, int64_t
 // added and y written.
 void gemm_i8_tiles_avx512vnni(const PackedMxA& a, const PackedMx& b, const float* bias, float* y, int64_t t0,
                               int64_t t1, int64_t p);
-void gemm_i8_avx512vnni(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y, int64_t M,
-                        int64_t m0, int64_t m1, int64_t p0, int64_t p1, int k0, int k1);
 // Float-element GEMM rows [m0, m1): ad: A's n as double [M][nb·kb]; abad [M][nb].
 void gemm_f64_portable(const double* ad, const uint8_t* abad, const float* sa, const PackedMx& b, const float* bias,
                        float* y, int64_t m0, int64_t m1);

@@ -1,6 +1,7 @@
 // The AVX2 MX kernels: the INT8 x INT8 GEMM as a vpmaddwd tile (eq. (MA1) of
-// docs/quantization-math.md), the float-element GEMM and the INT8 quantize as the generic
-// loops of mx_impl.h compiled with -mavx2 -mfma.
+// docs/quantization-math.md), the INT8 QuantizeMX 8 lanes at a time (quantize_i8_avx2
+// below), and the float-element GEMM as the generic loop of mx_impl.h compiled with
+// -mavx2 -mfma.
 //
 // INT8 tile: MR = 6 rows x 16 columns (a half panel of B, PackedMx's avx2 layout), 12 ymm
 // int32 block sums. Per pair of k: 2 vpmovsxbw of B's int8 pairs (16 bytes each: 8
@@ -28,7 +29,7 @@
 
 #include "mx/mx_impl.h"
 
-QUANTA_MX_GENERIC_F64_QUANTIZE(avx2)
+QUANTA_MX_GENERIC_F64(avx2)
 
 namespace quanta {
 namespace mx {
@@ -204,6 +205,86 @@ void gemm_i8_avx2(const int16_t* a16, const float* sa, const PackedMx& b, const 
       case 2: tile<2>(a16, sa, b, bias, y, m, h, k0, k1); break;
       case 1: tile<1>(a16, sa, b, bias, y, m, h, k0, k1); break;
       default: break;
+    }
+  }
+}
+
+// INT8 QuantizeMX (eqs. (MX3)-(MX4)), the generic loop's arithmetic 8 lanes at a time:
+// amax as the unsigned maximum of the |x| bit patterns (for finite floats their integer
+// order is their order), a non-finite element by its exponent field; e from amax as the
+// scalar shared_exponent; x·2^h·2^(−e−h)·64 with the same two normal power-of-two factors
+// and the same order of multiplications; vcvtps2dq rounds as nearbyint does (both by
+// MXCSR, nearest even); the clamp to ±127 in int32; saturating packs are exact there.
+// Blocks whose length is not a multiple of 8 (and K's last block) read and write their
+// last lanes masked (masked-off lanes load +0, which changes neither amax nor the test).
+void quantize_i8_avx2(const float* x, uint8_t* bits, uint8_t* codes, int64_t r0, int64_t r1, int64_t K, int block) {
+  const int64_t nb = (K + block - 1) / block;
+  const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i expmask = _mm256_set1_epi32(0x7f800000);
+  const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256 s64 = _mm256_set1_ps(64.0f);
+  // eight int32 in [−127, 127] -> eight bytes in the low 64 bits
+  auto pack8 = [](__m256i q) __attribute__((always_inline)) {
+    const __m256i w = _mm256_packs_epi16(_mm256_packs_epi32(q, q), _mm256_setzero_si256());
+    return _mm_unpacklo_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+  };
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * K;
+    uint8_t* br = bits + r * K;
+    for (int64_t k = 0; k < nb; ++k) {
+      const int64_t i0 = k * block, i1 = std::min<int64_t>(K, i0 + block);
+      __m256i amax = _mm256_setzero_si256(), bad = _mm256_setzero_si256();
+      for (int64_t i = i0; i < i1; i += 8) {
+        const int64_t n = std::min<int64_t>(8, i1 - i);
+        __m256i v;
+        if (n == 8) {
+          v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr + i));
+        } else {
+          const __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), lanes);
+          v = _mm256_maskload_epi32(reinterpret_cast<const int*>(xr + i), mk);
+        }
+        v = _mm256_and_si256(v, absmask);
+        bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(_mm256_and_si256(v, expmask), expmask));
+        amax = _mm256_max_epu32(amax, v);
+      }
+      if (!_mm256_testz_si256(bad, bad)) {
+        codes[r * nb + k] = 255;
+        std::fill(br + i0, br + i1, 0);
+        continue;
+      }
+      __m128i m4 = _mm_max_epu32(_mm256_castsi256_si128(amax), _mm256_extracti128_si256(amax, 1));
+      m4 = _mm_max_epu32(m4, _mm_shuffle_epi32(m4, 0x4e));
+      m4 = _mm_max_epu32(m4, _mm_shuffle_epi32(m4, 0xb1));
+      const uint32_t ab = static_cast<uint32_t>(_mm_cvtsi128_si32(m4));
+      float af;
+      std::memcpy(&af, &ab, 4);
+      const int e = shared_exponent(af, 0);
+      codes[r * nb + k] = static_cast<uint8_t>(e + 127);
+      // 2^h and 2^(−e−h), |h| <= 64: normal floats from their exponent bits (scale_down)
+      const int h = -e / 2;
+      const __m256 f1 = _mm256_castsi256_ps(_mm256_set1_epi32((h + 127) << 23));
+      const __m256 f2 = _mm256_castsi256_ps(_mm256_set1_epi32((-e - h + 127) << 23));
+      for (int64_t i = i0; i < i1; i += 8) {
+        const int64_t n = std::min<int64_t>(8, i1 - i);
+        __m256 v;
+        if (n == 8) {
+          v = _mm256_loadu_ps(xr + i);
+        } else {
+          const __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), lanes);
+          v = _mm256_maskload_ps(xr + i, mk);
+        }
+        const __m256 t = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(v, f1), f2), s64);
+        const __m256i q = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(t), lo), hi);
+        const __m128i b8 = pack8(q);
+        if (n == 8) {
+          _mm_storel_epi64(reinterpret_cast<__m128i*>(br + i), b8);
+        } else {
+          alignas(16) uint8_t tmp[16];
+          _mm_store_si128(reinterpret_cast<__m128i*>(tmp), b8);
+          std::memcpy(br + i, tmp, static_cast<size_t>(n));
+        }
+      }
     }
   }
 }

@@ -1,11 +1,13 @@
-// mx_i8_6x32c4__avx512vnni: the MXINT8 GEMM tile, and the vectorized INT8 QuantizeMX.
+// mx_i8_12x32c4__avx512vnni: the MXINT8 GEMM tiles on A tiled by pack_a_i8_avx512vnni
+// (PackedMxA), and the vectorized INT8 QuantizeMX.
 //
-// Tile: MR = 6 rows x NR = 32 columns. Per block k: the 12 int32 accumulators start at
-// −128·Σ_block w (vpdpbusd takes u8 x s8: A is shifted by +128, eq. (8)), kb/4 groups of
-// two 64-byte weight loads, one 4-byte broadcast per row and 2·MR vpdpbusd give the exact
-// block dots D_k; then per row s = fl32(s_a · s_b) (eq. (MX5b)), p = fl32(fl32(D_k) · s)
-// (eq. (MX5c)) and acc = acc + p (eq. (MX6)) in 12 float accumulators, separate multiply
-// and add (this file is built with -mfma: fp-contract is off below).
+// Tile: up to 12 rows x 32 columns of one B panel over the whole K. Per block k the int32
+// accumulators start at −128·Σ_block w (vpdpbusd takes u8 x s8: A is shifted by +128, eq.
+// (8)) or at the offset sums below; kb/4 groups of two 64-byte weight loads, one 4-byte
+// broadcast per row and two vpdpbusd per row give the exact block dots D_k; then per row
+// p = fl32(D_k)·s (eqs. (MX5b)-(MX5c)) and acc = acc + p (eq. (MX6)), one rounding each
+// (this file is built with -mfma: fp-contract is off below; the explicit fma forms are
+// exact where they stand, see each).
 // The other formats run the generic loops of mx_impl.h, compiled here with AVX-512.
 #if defined(__clang__)
 #pragma clang fp contract(off)
@@ -42,137 +44,6 @@ constexpr int32_t kExpMask = static_cast<int32_t>(0xff800000u);  // sign and exp
 constexpr int32_t kMantTop = 0x400000;                           // M's mantissa: 0.5
 
 #define QUANTA_MX_VPDPBUSD(acc, a, b) (acc) = _mm512_dpbusd_epi32((acc), (a), (b))
-
-// Blocks [k0, k1) of one 6 x 32 tile. The float accumulators live in registers within
-// the range and in y between ranges (the K chunks of the driver): the same values in the
-// same order, so the chain of eq. (MX6) is unchanged; the bias is added after the last.
-template <int MR>
-void tile(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y, int64_t m, int64_t p,
-          int k0, int k1) {
-  const int nb = b.nb, kb = b.kb, G = kb / 4;
-  const int64_t lda = static_cast<int64_t>(nb) * kb, N = b.N, n0 = p * 32;
-  const int valid = static_cast<int>(std::min<int64_t>(32, N - n0));
-  const __mmask16 k0m = valid >= 16 ? 0xffff : static_cast<__mmask16>((1u << valid) - 1u);
-  const __mmask16 k1m = valid >= 32 ? 0xffff : (valid <= 16 ? 0 : static_cast<__mmask16>((1u << (valid - 16)) - 1u));
-  __m512 acc[MR][2];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) {
-    if (k0 == 0) {
-      acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-    } else {
-      acc[r][0] = _mm512_maskz_loadu_ps(k0m, y + (m + r) * N + n0);
-      acc[r][1] = _mm512_maskz_loadu_ps(k1m, y + (m + r) * N + n0 + 16);
-    }
-  }
-  const __m512i zero = _mm512_setzero_si512();
-  for (int k = k0; k < k1; ++k) {
-    const int32_t* ck = b.comp.data() + (static_cast<size_t>(p) * nb + k) * 32;
-    const __m512i c0 = _mm512_sub_epi32(zero, _mm512_loadu_si512(ck));
-    const __m512i c1 = _mm512_sub_epi32(zero, _mm512_loadu_si512(ck + 16));
-    __m512i d[MR][2];
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-      d[r][0] = c0;
-      d[r][1] = c1;
-    }
-    const int8_t* w = b.i8p() + ((p * nb + k) * static_cast<int64_t>(kb)) * 32;
-    const uint8_t* ak = au + m * lda + static_cast<int64_t>(k) * kb;
-    if (MR <= 2) {
-      // one or two rows: two accumulator sets (even / odd k-groups) hide vpdpbusd's
-      // latency; their sum is exact (int32)
-      __m512i e[MR][2];
-#pragma GCC unroll 8
-      for (int r = 0; r < MR; ++r) e[r][0] = e[r][1] = zero;
-      int g = 0;
-      for (; g + 2 <= G; g += 2) {
-        const __m512i b0 = _mm512_loadu_si512(w + g * 128), b1 = _mm512_loadu_si512(w + g * 128 + 64);
-        const __m512i b2 = _mm512_loadu_si512(w + g * 128 + 128), b3 = _mm512_loadu_si512(w + g * 128 + 192);
-#pragma GCC unroll 8
-        for (int r = 0; r < MR; ++r) {
-          int32_t a4, a5;
-          __builtin_memcpy(&a4, ak + r * lda + 4 * g, 4);
-          __builtin_memcpy(&a5, ak + r * lda + 4 * g + 4, 4);
-          const __m512i a = _mm512_set1_epi32(a4), a1 = _mm512_set1_epi32(a5);
-          QUANTA_MX_VPDPBUSD(d[r][0], a, b0);
-          QUANTA_MX_VPDPBUSD(d[r][1], a, b1);
-          QUANTA_MX_VPDPBUSD(e[r][0], a1, b2);
-          QUANTA_MX_VPDPBUSD(e[r][1], a1, b3);
-        }
-      }
-      for (; g < G; ++g) {
-        const __m512i b0 = _mm512_loadu_si512(w + g * 128), b1 = _mm512_loadu_si512(w + g * 128 + 64);
-#pragma GCC unroll 8
-        for (int r = 0; r < MR; ++r) {
-          int32_t a4;
-          __builtin_memcpy(&a4, ak + r * lda + 4 * g, 4);
-          const __m512i a = _mm512_set1_epi32(a4);
-          QUANTA_MX_VPDPBUSD(d[r][0], a, b0);
-          QUANTA_MX_VPDPBUSD(d[r][1], a, b1);
-        }
-      }
-#pragma GCC unroll 8
-      for (int r = 0; r < MR; ++r) {
-        d[r][0] = _mm512_add_epi32(d[r][0], e[r][0]);
-        d[r][1] = _mm512_add_epi32(d[r][1], e[r][1]);
-      }
-    } else {
-      // one group of 4 k: two 64-byte weight loads, one broadcast and two vpdpbusd per row
-      auto group = [&](int g) {
-        const __m512i b0 = _mm512_loadu_si512(w + g * 128);
-        const __m512i b1 = _mm512_loadu_si512(w + g * 128 + 64);
-#pragma GCC unroll 8
-        for (int r = 0; r < MR; ++r) {
-          int32_t a4;
-          __builtin_memcpy(&a4, ak + r * lda + 4 * g, 4);
-          const __m512i a = _mm512_set1_epi32(a4);
-          QUANTA_MX_VPDPBUSD(d[r][0], a, b0);
-          QUANTA_MX_VPDPBUSD(d[r][1], a, b1);
-        }
-      };
-      if (G == 8) {
-// the default block of 32: a fixed trip count, unrolled whole, keeps the 2·MR
-// accumulators in fixed registers (a partly unrolled loop of unknown count made
-// the compiler rotate them through register copies every step)
-#pragma GCC unroll 8
-        for (int g = 0; g < 8; ++g) group(g);
-      } else {
-        for (int g = 0; g < G; ++g) group(g);
-      }
-    }
-    const float* sk = b.sbp.data() + (static_cast<size_t>(p) * nb + k) * 32;
-    const __m512 sb0 = _mm512_loadu_ps(sk);
-    const __m512 sb1 = _mm512_loadu_ps(sk + 16);
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-      const __m512 s_a = _mm512_set1_ps(sa[(m + r) * nb + k]);
-      const __m512 p0 = _mm512_mul_ps(_mm512_cvtepi32_ps(d[r][0]), _mm512_mul_ps(s_a, sb0));
-      const __m512 p1 = _mm512_mul_ps(_mm512_cvtepi32_ps(d[r][1]), _mm512_mul_ps(s_a, sb1));
-      if (k == 0) {
-        acc[r][0] = p0;
-        acc[r][1] = p1;
-      } else {
-        acc[r][0] = _mm512_add_ps(acc[r][0], p0);
-        acc[r][1] = _mm512_add_ps(acc[r][1], p1);
-      }
-    }
-  }
-  const bool last = k1 == nb;
-  __m512 bv0 = _mm512_setzero_ps(), bv1 = _mm512_setzero_ps();
-  if (bias && last) {
-    bv0 = _mm512_maskz_loadu_ps(k0m, bias + n0);
-    bv1 = _mm512_maskz_loadu_ps(k1m, bias + n0 + 16);
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) {
-    __m512 v0 = acc[r][0], v1 = acc[r][1];
-    if (bias && last) {
-      v0 = _mm512_add_ps(v0, bv0);
-      v1 = _mm512_add_ps(v1, bv1);
-    }
-    _mm512_mask_storeu_ps(y + (m + r) * N + n0, k0m, v0);
-    _mm512_mask_storeu_ps(y + (m + r) * N + n0 + 16, k1m, v1);
-  }
-}
 
 // The fast path of a full 12-row tile, as two 6-row halves, each one asm loop over the
 // blocks [k0, k1) that keeps its float accumulators of eq. (MX6) in registers: int32 block
@@ -224,8 +95,22 @@ void tile(const uint8_t* au, const float* sa, const PackedMx& b, const float* bi
   "vmovaps %%zmm" #f2 ", " #r "*128+64(%[acc])\n\t"
 // clang-format on
 
+// The fma form of MXH_SCALE, eq. (MQ1) of docs/quantization-math.md: acc + v·2^(a − 133)
+// with the power as a float (PackedMxA::sf) broadcast from memory, one rounding
+// (v·2^(a − 133) is exact under the code ranges, so the fma rounds the sum of eq. (MX6)
+// once, as vscalefps then vaddps do): two vector operations per 16 outputs and block
+// instead of three.
+// clang-format off
+#define MXH_SCALE_FMA(r, r2, f, f2)                              \
+  "vsubps %%zmm30, %%zmm" #r ", %%zmm" #r "\n\t"                 \
+  "vsubps %%zmm31, %%zmm" #r2 ", %%zmm" #r2 "\n\t"               \
+  "vfmadd231ps " #r "*4(%[ea])%{1to16%}, %%zmm" #r ", %%zmm" #f "\n\t"    \
+  "vfmadd231ps " #r "*4(%[ea])%{1to16%}, %%zmm" #r2 ", %%zmm" #f2 "\n\t"
+// clang-format on
+
 // Every block of a full 12-row tile, block of 32 (kb = 32), fast path; the float sums
-// are written to acc (row r at acc + 32·r).
+// are written to acc (row r at acc + 32·r). FMA: the rescale as MXH_SCALE_FMA (ea: sf).
+template <bool FMA>
 void tile12_fast(const PackedMxA& a, const PackedMx& b, int64_t t, int64_t p, float* acc) {
   constexpr int T = kMxTileRows;
   const int nb = b.nb;
@@ -234,10 +119,40 @@ void tile12_fast(const PackedMxA& a, const PackedMx& b, int64_t t, int64_t p, fl
   for (int h = 0; h < 2; ++h) {
     const int32_t* sd = b.initp() + pk * 32;
     const int8_t* w = b.i8p() + pk * 32 * 32;
-    const uint8_t* ak = a.a.data() + static_cast<size_t>(t) * nb * 32 * T + 24 * h;
-    const float* ea = a.ef.data() + static_cast<size_t>(t) * nb * T + 6 * h;
+    const uint8_t* ak = a.a.get() + static_cast<size_t>(t) * nb * 32 * T + 24 * h;
+    const float* ea = (FMA ? a.sf.data() : a.ef.data()) + static_cast<size_t>(t) * nb * T + 6 * h;
     float* ah = acc + 6 * 32 * h;
     int64_t blocks = nb;
+    if constexpr (FMA) {
+      // clang-format off
+      __asm__ volatile(
+          "vpbroadcastd %k[cm], %%zmm28\n\t"
+          "vpbroadcastd %k[ch], %%zmm29\n\t"
+          MXH_ZERO(12) MXH_ZERO(13) MXH_ZERO(14) MXH_ZERO(15) MXH_ZERO(16) MXH_ZERO(17)
+          MXH_ZERO(18) MXH_ZERO(19) MXH_ZERO(20) MXH_ZERO(21) MXH_ZERO(22) MXH_ZERO(23)
+          "1:\n\t"
+          MXH_INIT(0, 6) MXH_INIT(1, 7) MXH_INIT(2, 8) MXH_INIT(3, 9) MXH_INIT(4, 10) MXH_INIT(5, 11)
+          MXH_GROUP(0) MXH_GROUP(1) MXH_GROUP(2) MXH_GROUP(3)
+          MXH_GROUP(4) MXH_GROUP(5) MXH_GROUP(6) MXH_GROUP(7)
+          MXH_OFFSET(30, 0) MXH_OFFSET(31, 64)
+          MXH_SCALE_FMA(0, 6, 12, 18) MXH_SCALE_FMA(1, 7, 13, 19) MXH_SCALE_FMA(2, 8, 14, 20)
+          MXH_SCALE_FMA(3, 9, 15, 21) MXH_SCALE_FMA(4, 10, 16, 22) MXH_SCALE_FMA(5, 11, 17, 23)
+          "add $384, %[a]\n\t"
+          "add $1024, %[w]\n\t"
+          "add $128, %[sd]\n\t"
+          "add $48, %[ea]\n\t"
+          "dec %[n]\n\t"
+          "jnz 1b\n\t"
+          MXH_STORE(12, 18, 0) MXH_STORE(13, 19, 1) MXH_STORE(14, 20, 2)
+          MXH_STORE(15, 21, 3) MXH_STORE(16, 22, 4) MXH_STORE(17, 23, 5)
+          : [a] "+r"(ak), [w] "+r"(w), [sd] "+r"(sd), [ea] "+r"(ea), [n] "+r"(blocks)
+          : [acc] "r"(ah), [cm] "r"(kExpMask), [ch] "r"(kMantTop)
+          : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
+            "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22",
+            "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31");
+      // clang-format on
+      continue;
+    }
     // clang-format off
     __asm__ volatile(
         "vpbroadcastd %k[cm], %%zmm28\n\t"
@@ -266,6 +181,80 @@ void tile12_fast(const PackedMxA& a, const PackedMx& b, int64_t t, int64_t p, fl
           "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31");
     // clang-format on
   }
+}
+
+// The whole 12 x 32 tile in one asm loop (the "wide" form): 24 int32 block sums in
+// zmm0-23 (row r: columns 0-15 in zmm r, 16-31 in zmm 12 + r), B in zmm24-25, A's
+// broadcasts in zmm26-27, kExpMask / kMantTop in zmm28-29, the column offsets M_n in
+// zmm30-31. Each 64-byte B load feeds 12 vpdpbusd (6 in the two halves above, which read
+// the panel's B twice); the float sums of eq. (MX6) do not fit in registers beside the 24
+// int32 sums and live in acc (L1): per row, 16 columns and block one load, a vsubps, an
+// fma with A's power 2^(a − 133) (PackedMxA::sf, eq. (MQ1)) and a store. On cores
+// whose vector ALUs take every 512-bit operation on the vpdpbusd ports, this is two of
+// those per 16 outputs and block, beside 8 vpdpbusd; stores and loads take other ports.
+// acc holds 0 on entry (0 + p = p: p is never −0).
+// clang-format off
+#define MXW_BCAST(bc, d, r, r2)                                  \
+  "vpbroadcastd " #d "(%[a]), %%zmm" #bc "\n\t"                  \
+  "vpdpbusd %%zmm24, %%zmm" #bc ", %%zmm" #r "\n\t"              \
+  "vpdpbusd %%zmm25, %%zmm" #bc ", %%zmm" #r2 "\n\t"
+#define MXW_GROUP(g)                                             \
+  "vmovdqu64 " #g "*128(%[w]), %%zmm24\n\t"                      \
+  "vmovdqu64 " #g "*128+64(%[w]), %%zmm25\n\t"                   \
+  MXW_BCAST(26, g*48+0, 0, 12) MXW_BCAST(27, g*48+4, 1, 13)      \
+  MXW_BCAST(26, g*48+8, 2, 14) MXW_BCAST(27, g*48+12, 3, 15)     \
+  MXW_BCAST(26, g*48+16, 4, 16) MXW_BCAST(27, g*48+20, 5, 17)    \
+  MXW_BCAST(26, g*48+24, 6, 18) MXW_BCAST(27, g*48+28, 7, 19)    \
+  MXW_BCAST(26, g*48+32, 8, 20) MXW_BCAST(27, g*48+36, 9, 21)    \
+  MXW_BCAST(26, g*48+40, 10, 22) MXW_BCAST(27, g*48+44, 11, 23)
+#define MXW_SCALE(r, r2, t, t2)                                  \
+  "vsubps %%zmm30, %%zmm" #r ", %%zmm" #r "\n\t"                 \
+  "vsubps %%zmm31, %%zmm" #r2 ", %%zmm" #r2 "\n\t"               \
+  "vmovaps " #r "*128(%[acc]), %%zmm" #t "\n\t"                  \
+  "vmovaps " #r "*128+64(%[acc]), %%zmm" #t2 "\n\t"              \
+  "vfmadd231ps " #r "*4(%[ea])%{1to16%}, %%zmm" #r ", %%zmm" #t "\n\t"    \
+  "vfmadd231ps " #r "*4(%[ea])%{1to16%}, %%zmm" #r2 ", %%zmm" #t2 "\n\t"  \
+  "vmovaps %%zmm" #t ", " #r "*128(%[acc])\n\t"                  \
+  "vmovaps %%zmm" #t2 ", " #r "*128+64(%[acc])\n\t"
+// clang-format on
+
+void tile12_wide(const PackedMxA& a, const PackedMx& b, int64_t t, int64_t p, float* acc) {
+  constexpr int T = kMxTileRows;
+  const int nb = b.nb;
+  for (int i = 0; i < T * 32; i += 16) _mm512_store_ps(acc + i, _mm512_setzero_ps());
+  if (nb == 0) return;
+  const size_t pk = static_cast<size_t>(p) * nb;
+  const int32_t* sd = b.initp() + pk * 32;
+  const int8_t* w = b.i8p() + pk * 32 * 32;
+  const uint8_t* ak = a.a.get() + static_cast<size_t>(t) * nb * 32 * T;
+  const float* ea = a.sf.data() + static_cast<size_t>(t) * nb * T;
+  int64_t blocks = nb;
+  // clang-format off
+  __asm__ volatile(
+      "vpbroadcastd %k[cm], %%zmm28\n\t"
+      "vpbroadcastd %k[ch], %%zmm29\n\t"
+      "1:\n\t"
+      MXH_INIT(0, 12) MXH_INIT(1, 13) MXH_INIT(2, 14) MXH_INIT(3, 15) MXH_INIT(4, 16) MXH_INIT(5, 17)
+      MXH_INIT(6, 18) MXH_INIT(7, 19) MXH_INIT(8, 20) MXH_INIT(9, 21) MXH_INIT(10, 22) MXH_INIT(11, 23)
+      MXW_GROUP(0) MXW_GROUP(1) MXW_GROUP(2) MXW_GROUP(3)
+      MXW_GROUP(4) MXW_GROUP(5) MXW_GROUP(6) MXW_GROUP(7)
+      MXH_OFFSET(30, 0) MXH_OFFSET(31, 64)
+      MXW_SCALE(0, 12, 24, 25) MXW_SCALE(1, 13, 26, 27) MXW_SCALE(2, 14, 24, 25)
+      MXW_SCALE(3, 15, 26, 27) MXW_SCALE(4, 16, 24, 25) MXW_SCALE(5, 17, 26, 27)
+      MXW_SCALE(6, 18, 24, 25) MXW_SCALE(7, 19, 26, 27) MXW_SCALE(8, 20, 24, 25)
+      MXW_SCALE(9, 21, 26, 27) MXW_SCALE(10, 22, 24, 25) MXW_SCALE(11, 23, 26, 27)
+      "add $384, %[a]\n\t"
+      "add $1024, %[w]\n\t"
+      "add $128, %[sd]\n\t"
+      "add $48, %[ea]\n\t"
+      "dec %[n]\n\t"
+      "jnz 1b\n\t"
+      : [a] "+r"(ak), [w] "+r"(w), [sd] "+r"(sd), [ea] "+r"(ea), [n] "+r"(blocks)
+      : [acc] "r"(acc), [cm] "r"(kExpMask), [ch] "r"(kMantTop)
+      : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
+        "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22",
+        "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31");
+  // clang-format on
 }
 
 // One tile of MR <= kMxTileRows rows (the tiled A of PackedMxA) x 32 columns, blocks
@@ -319,20 +308,24 @@ void tile_t(const PackedMxA& a, const PackedMx& b, const float* bias, float* y, 
   };
   if constexpr (MR == kMxTileRows) {
     if (offset && kb == 32) {
-      tile12_fast(a, b, t, p, &acc[0][0]);
+      switch (tile12_form(b)) {
+        case Tile12::kWide: tile12_wide(a, b, t, p, &acc[0][0]); break;
+        case Tile12::kHalvesFma: tile12_fast<true>(a, b, t, p, &acc[0][0]); break;
+        default: tile12_fast<false>(a, b, t, p, &acc[0][0]); break;
+      }
       k0 = k1;
     }
   }
   for (int k = k0; k < k1; ++k) {
     const size_t pk = static_cast<size_t>(p) * nb + k;
-    const int16_t* ns = b.nsum.data() + pk * 32;
+    const int32_t* ns = b.nsum.data() + pk * 32;
     __m512i c0, c1;
     if (offset) {
       c0 = _mm512_load_si512(b.initp() + pk * 32);
       c1 = _mm512_load_si512(b.initp() + pk * 32 + 16);
     } else {
-      c0 = _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ns))), 7);
-      c1 = _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ns + 16))), 7);
+      c0 = _mm512_slli_epi32(_mm512_loadu_si512(ns), 7);
+      c1 = _mm512_slli_epi32(_mm512_loadu_si512(ns + 16), 7);
     }
     __m512i d[MR][2];
 #pragma GCC unroll 12
@@ -341,7 +334,7 @@ void tile_t(const PackedMxA& a, const PackedMx& b, const float* bias, float* y, 
       d[r][1] = c1;
     }
     const int8_t* w = b.i8p() + pk * kb * 32;
-    const uint8_t* ak = a.a.data() + (static_cast<size_t>(t) * nb + k) * kb * S;
+    const uint8_t* ak = a.a.get() + (static_cast<size_t>(t) * nb + k) * kb * S;
     if constexpr (MR <= 3) {
       // few rows: a second accumulator set (odd groups) hides vpdpbusd's latency; the
       // int32 sum of the two is exact
@@ -503,41 +496,80 @@ void pack_a_i8_avx512vnni(const uint8_t* a_bits, const uint8_t* a_codes, int64_t
   const int nb = a.nb, kb = a.kb;
   const int64_t M = a.M;
   std::vector<uint8_t> zero(static_cast<size_t>(nb) * S);
+  // fl32(2^(c − 133)) per code (subnormal below c = 7, exact); 255 is never read by the
+  // fast tiles (the driver's code ranges exclude it)
+  float pow2_133[256];
+  for (int c = 0; c < 256; ++c) pow2_133[c] = pow2f(std::min(c, 254) - 133);
   // row r's 4 k of group g go to dword g·S + r of the block
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  // blocks of 32 k whose 32 elements all exist: the fast copies below write every byte
+  const int whole = kb == 32 && block == 32 ? static_cast<int>(K / 32) : 0;
   for (int64_t t = t0; t < t1; ++t) {
     std::fill(zero.begin(), zero.end(), 1);
     int lo = 255, hi = 0;
-    uint8_t* tile = a.a.data() + static_cast<size_t>(t) * nb * kb * S;
-    for (int64_t m = t * T; m < std::min(M, (t + 1) * T); ++m) {
-      const int r = static_cast<int>(m - t * T);
-      for (int k = 0; k < nb; ++k) {
-        const uint8_t* src = a_bits + m * K + static_cast<int64_t>(k) * block;
-        uint8_t* dst = tile + static_cast<size_t>(k) * kb * S;
-        const int len = static_cast<int>(std::min<int64_t>(block, K - static_cast<int64_t>(k) * block));
-        bool any;
-        if (len == 32 && kb == 32) {
-          // eight dword stores: a vpscatterdd is microcoded on AMD cores (~1/3 of the
-          // packing's time there)
-          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
-          any = !_mm256_testz_si256(v, v);
-          alignas(32) uint32_t f[8];
-          _mm256_store_si256(reinterpret_cast<__m256i*>(f), _mm256_xor_si256(v, flip));
-          uint32_t* d32 = reinterpret_cast<uint32_t*>(dst) + r;
-          for (int g = 0; g < 8; ++g) d32[g * S] = f[g];
-        } else {
-          any = false;
-          for (int i = 0; i < len; ++i) {
-            dst[((i / 4) * S + r) * 4 + i % 4] = static_cast<uint8_t>(src[i] ^ 0x80);
-            any = any || src[i] != 0;
-          }
+    uint8_t* tile = a.a.get() + static_cast<size_t>(t) * nb * kb * S;
+    const int rows = static_cast<int>(std::min<int64_t>(T, M - t * T));
+    // pad rows and pad k hold 128 (a zero element); a tile of whole blocks and rows is
+    // written whole below
+    if (rows < S || whole < nb) std::fill(tile, tile + static_cast<size_t>(nb) * kb * S, uint8_t{128});
+    // the codes of row r, block k (the all-zero test `any` from its elements)
+    auto meta = [&](int r, int k, bool any) __attribute__((always_inline)) {
+      const int c = a_codes[(t * T + r) * nb + k];
+      if (!any && c != 255) return;  // all zero: products +0 under any positive scale
+      a.ef[(static_cast<size_t>(t) * nb + k) * S + r] = static_cast<float>(c - 133);
+      a.sf[(static_cast<size_t>(t) * nb + k) * S + r] = pow2_133[c];
+      zero[static_cast<size_t>(k) * S + r] = 0;
+      lo = std::min(lo, c);
+      hi = std::max(hi, c);
+    };
+    int r = 0;
+    // four rows at a time: a 4 x 8 dword transpose per block (two 4 x 4 in the 128-bit
+    // lanes), each group's 4 rows one 16-byte store, in place of 32 dword stores
+    for (; r + 4 <= rows; r += 4) {
+      const uint8_t* src = a_bits + (t * T + r) * K;
+      for (int k = 0; k < whole; ++k) {
+        __m256i v[4];
+        for (int i = 0; i < 4; ++i) {
+          v[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i * K + k * 32));
+          meta(r + i, k, !_mm256_testz_si256(v[i], v[i]));
+          v[i] = _mm256_xor_si256(v[i], flip);
         }
-        const int c = a_codes[m * nb + k];
-        if (!any && c != 255) continue;  // all zero: products +0 under any positive scale
-        a.ef[(static_cast<size_t>(t) * nb + k) * S + r] = static_cast<float>(c - 133);
-        zero[static_cast<size_t>(k) * S + r] = 0;
-        lo = std::min(lo, c);
-        hi = std::max(hi, c);
+        const __m256i p0 = _mm256_unpacklo_epi32(v[0], v[1]), p1 = _mm256_unpackhi_epi32(v[0], v[1]);
+        const __m256i p2 = _mm256_unpacklo_epi32(v[2], v[3]), p3 = _mm256_unpackhi_epi32(v[2], v[3]);
+        // per 128-bit lane h: groups 4h, 4h + 1, 4h + 2, 4h + 3, rows r .. r + 3 each
+        const __m256i g0 = _mm256_unpacklo_epi64(p0, p2), g1 = _mm256_unpackhi_epi64(p0, p2);
+        const __m256i g2 = _mm256_unpacklo_epi64(p1, p3), g3 = _mm256_unpackhi_epi64(p1, p3);
+        uint8_t* dst = tile + static_cast<size_t>(k) * 32 * S + r * 4;
+        const __m256i g[4] = {g0, g1, g2, g3};
+        for (int i = 0; i < 4; ++i) {
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i * S * 4), _mm256_castsi256_si128(g[i]));
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (i + 4) * S * 4), _mm256_extracti128_si256(g[i], 1));
+        }
+      }
+    }
+    for (; r < rows; ++r) {  // the rows left over, blocks of 32: eight dword stores
+      const uint8_t* src = a_bits + (t * T + r) * K;
+      for (int k = 0; k < whole; ++k) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + k * 32));
+        meta(r, k, !_mm256_testz_si256(v, v));
+        alignas(32) uint32_t f[8];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(f), _mm256_xor_si256(v, flip));
+        uint32_t* d32 = reinterpret_cast<uint32_t*>(tile + static_cast<size_t>(k) * 32 * S) + r;
+        for (int g = 0; g < 8; ++g) d32[g * S] = f[g];
+      }
+    }
+    for (r = 0; r < rows; ++r) {  // blocks of other sizes, and a short last block
+      const uint8_t* src = a_bits + (t * T + r) * K;
+      for (int k = whole; k < nb; ++k) {
+        uint8_t* dst = tile + static_cast<size_t>(k) * kb * S;
+        const int64_t i0 = static_cast<int64_t>(k) * block;
+        const int len = static_cast<int>(std::min<int64_t>(block, K - i0));
+        bool any = false;
+        for (int i = 0; i < len; ++i) {
+          dst[((i / 4) * S + r) * 4 + i % 4] = static_cast<uint8_t>(src[i0 + i] ^ 0x80);
+          any = any || src[i0 + i] != 0;
+        }
+        meta(r, k, any);
       }
     }
     // all-zero blocks and pad rows take the tile's smallest code (as B's zero columns)
@@ -545,23 +577,10 @@ void pack_a_i8_avx512vnni(const uint8_t* a_bits, const uint8_t* a_codes, int64_t
     a.lo[t] = lo;
     a.hi[t] = hi;
     for (size_t i = 0; i < zero.size(); ++i)
-      if (zero[i]) a.ef[static_cast<size_t>(t) * nb * S + i] = static_cast<float>(lo - 133);
-  }
-}
-
-void gemm_i8_avx512vnni(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y, int64_t,
-                        int64_t m0, int64_t m1, int64_t p0, int64_t p1, int k0, int k1) {
-  for (int64_t p = p0; p < p1; ++p) {
-    int64_t m = m0;
-    for (; m + 6 <= m1; m += 6) tile<6>(au, sa, b, bias, y, m, p, k0, k1);
-    switch (m1 - m) {
-      case 5: tile<5>(au, sa, b, bias, y, m, p, k0, k1); break;
-      case 4: tile<4>(au, sa, b, bias, y, m, p, k0, k1); break;
-      case 3: tile<3>(au, sa, b, bias, y, m, p, k0, k1); break;
-      case 2: tile<2>(au, sa, b, bias, y, m, p, k0, k1); break;
-      case 1: tile<1>(au, sa, b, bias, y, m, p, k0, k1); break;
-      default: break;
-    }
+      if (zero[i]) {
+        a.ef[static_cast<size_t>(t) * nb * S + i] = static_cast<float>(lo - 133);
+        a.sf[static_cast<size_t>(t) * nb * S + i] = pow2_133[lo];
+      }
   }
 }
 

@@ -148,26 +148,26 @@ inline void gemm_f64_generic(const double* ad, const uint8_t* abad, const float*
 }  // namespace mx
 }  // namespace quanta
 
-// The entry points of one ISA file on the generic loops: the float-element GEMM and the
-// INT8 quantize (mx_portable.cc, mx_avx2.cc: the same code compiled with that file's
-// flags), and the INT8 GEMM (mx_portable.cc; mx_avx2.cc has its own tile).
-#define QUANTA_MX_GENERIC_F64_QUANTIZE(SUFFIX)                                                                         \
+// The entry points of one ISA file on the generic loops: the float-element GEMM
+// (mx_portable.cc, mx_avx2.cc: the same code compiled with that file's flags), and the
+// INT8 quantize and INT8 GEMM (mx_portable.cc; mx_avx2.cc has its own).
+#define QUANTA_MX_GENERIC_F64(SUFFIX)                                                                                  \
   namespace quanta {                                                                                                   \
   namespace mx {                                                                                                       \
   void gemm_f64_##SUFFIX(const double* ad, const uint8_t* abad, const float* sa, const PackedMx& b, const float* bias, \
                          float* y, int64_t m0, int64_t m1) {                                                           \
     gemm_f64_generic(ad, abad, sa, b, bias, y, m0, m1);                                                                \
   }                                                                                                                    \
-  void quantize_i8_##SUFFIX(const float* x, uint8_t* bits, uint8_t* codes, int64_t r0, int64_t r1, int64_t K,          \
-                            int block) {                                                                               \
-    quantize_i8_rows_generic(x, bits, codes, r0, r1, K, block);                                                        \
-  }                                                                                                                    \
   }                                                                                                                    \
   }
 #define QUANTA_MX_GENERIC_ENTRY_POINTS(SUFFIX)                                                                       \
-  QUANTA_MX_GENERIC_F64_QUANTIZE(SUFFIX)                                                                             \
+  QUANTA_MX_GENERIC_F64(SUFFIX)                                                                                      \
   namespace quanta {                                                                                                 \
   namespace mx {                                                                                                     \
+  void quantize_i8_##SUFFIX(const float* x, uint8_t* bits, uint8_t* codes, int64_t r0, int64_t r1, int64_t K,        \
+                            int block) {                                                                             \
+    quantize_i8_rows_generic(x, bits, codes, r0, r1, K, block);                                                      \
+  }                                                                                                                  \
   void gemm_i8_##SUFFIX(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y, int64_t, \
                         int64_t m0, int64_t m1, int64_t p0, int64_t p1, int k0, int k1) {                            \
     gemm_i8_generic(au, sa, b, bias, y, m0, m1, p0, p1, k0, k1);                                                     \
