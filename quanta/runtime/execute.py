@@ -126,9 +126,16 @@ class BoundRun:
     #: (slot, array) of every value a native program writes or a dropped view step made:
     #: put in place when a run leaves the speculative steps for the generic ones
     program_values: tuple[tuple[int, np.ndarray], ...] = ()
+    #: (slot, buffer, its read-only view) of each small graph input a native program
+    #: reads (:func:`_native_programs`): every run copies the feed into the buffer
+    staged: tuple[tuple[int, np.ndarray, np.ndarray], ...] = ()
 
     def fast(self, vals: list[Any]) -> list[_StepTuple]:
-        """Puts the recorded signature-static values into ``vals``; the steps left to run."""
+        """Copies the staged feeds into their buffers and puts the recorded
+        signature-static values into ``vals``; the steps left to run."""
+        for k, buf, view in self.staged:
+            np.copyto(buf, vals[k])
+            vals[k] = view
         for k, v in self.static_values:
             vals[k] = v
         steps = self.direct_steps
@@ -951,6 +958,11 @@ class Executor(Executable):
 #: subgraph's values are a few int64s; larger constant-derived values are recomputed).
 STATIC_VALUE_MAX_BYTES = 64 << 10
 
+#: Largest graph input a native program reads from a staged copy (:func:`_native_programs`):
+#: the copy costs each run about what a Python step costs (~1-2 us) up to a few KB, and
+#: more above, where a model's steps are long enough for a Python step not to matter.
+STAGED_INPUT_MAX_BYTES = 64 << 10
+
 
 def _native_programs(plan: Plan, bound: BoundRun, unstable: frozenset[int] = frozenset()) -> None:
     """Replaces each run of consecutive recordable steps of ``bound``'s fast loop by one
@@ -965,6 +977,14 @@ def _native_programs(plan: Plan, bound: BoundRun, unstable: frozenset[int] = fro
     The values a Python step or the caller reads from such slots are put in place with
     the signature-static ones at the start of each run (the arrays are the same; the
     programs write their contents).
+
+    A small graph input (up to STAGED_INPUT_MAX_BYTES, its shape bound by the signature)
+    counts as an array that stays where it is: it gets a buffer of its own, which each
+    run fills with the feed (``BoundRun.staged``), so the steps that read it (the Cast,
+    Gather or Transpose of a text model's ids or states) are recorded too instead of each
+    running from the Python loop. Every reader then reads the buffer, through a read-only
+    view (an output that is, or views, the input is copied for the caller), and the
+    buffer holds the feed's values: the same bytes.
 
     A view step is made once only when its output shape is bound: not when it is in
     ``unstable`` (a Reshape to a target computed from the data: the arena holds no
@@ -981,6 +1001,23 @@ def _native_programs(plan: Plan, bound: BoundRun, unstable: frozenset[int] = fro
     fixed.update(bound.slot_views)
     # a signature-static step does not run: its recorded value, not its arena place
     fixed.update(bound.static_values)
+    staged: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for k in sorted(overridable):
+        spec = bound.specs.get(k)
+        if spec is None or k in unstable or k in fixed:
+            continue
+        shape, dtype = spec
+        if (
+            dtype.kind in "OUSV"
+            or int(np.prod(shape, dtype=np.int64)) * dtype.itemsize > STAGED_INPUT_MAX_BYTES
+        ):
+            continue
+        buf = np.empty(shape, dtype)
+        view = buf.view()
+        view.flags.writeable = False
+        staged[k] = (buf, view)
+        fixed[k] = view
+    staged_used: set[int] = set()
     steps = bound.steps if bound.fast_steps is None else bound.fast_steps
     out: list[_StepTuple] = []
     program: Any = None
@@ -1010,15 +1047,17 @@ def _native_programs(plan: Plan, bound: BoundRun, unstable: frozenset[int] = fro
             o = outs[0] if len(outs) == 1 else None
             if isinstance(x, np.ndarray) and x.flags.c_contiguous and o is not None and o in bound.specs:
                 fixed[o] = made[o] = x.reshape(bound.specs[o][0])
+                staged_used.update(i for i in ins[:1] if i in staged)
         elif (
             args is not None
             and step.op_type in VIEW_OPS
             and (bound_shapes or not unstable.intersection(o for o in outs if o is not None))
         ):
-            views = _fixed_views(fn, ctx, args, kw, outs, arena)
+            views = _fixed_views(fn, ctx, args, kw, outs, arena, [staged[i][0] for i in ins if i in staged])
             if views is not None:
                 for o, v in views.items():
                     fixed[o] = made[o] = v
+                staged_used.update(i for i in ins if i in staged)
                 continue
         call = getattr(fn, "direct", None)
         if (
@@ -1037,12 +1076,16 @@ def _native_programs(plan: Plan, bound: BoundRun, unstable: frozenset[int] = fro
             if program.record(call, *picked):
                 recorded += 1
                 produced.update(o for o in outs if o is not None)
+                staged_used.update(i for i in ins if i in staged)
                 continue
         flush()
         out.append(t)
     flush()
     if not recorded and not made:
         return
+    # the inputs a recorded step or a view made here reads (a view of an input made once
+    # is a view of its buffer: that buffer must be filled on every run)
+    bound.staged = tuple((k, *staged[k]) for k in sorted(staged_used))
     # the arrays Python steps and the caller read from slots no Python step now writes
     wanted = {i for t in out if t[2] is not _PROGRAM for i in plan.steps[t[0]].inputs}
     wanted |= set(plan.outputs.values())
@@ -1092,17 +1135,24 @@ def _fixed_views(
     kw: dict | None,
     outs: tuple[int | None, ...],
     arena: np.ndarray,
+    buffers: Sequence[np.ndarray] = (),
 ) -> dict[int, np.ndarray] | None:
     """A view step's results made once from arrays that never move, when every one is a
-    view of one of its inputs in the arena (so it shows what the producers write on each
-    run), else None. A result that is not a view of an input (a Slice or a Split part
-    copied into the step's own planned place) must be made on every run."""
+    view of one of its inputs in the arena or in one of ``buffers`` (staged graph inputs),
+    so it shows what is written there on each run; else None. A result that is not a view
+    of an input (a Slice or a Split part copied into the step's own planned place) must be
+    made on every run."""
     try:
         res = fn(ctx, *args, **(kw or {}))
     except KERNEL_ERRORS:
         return None
     res = res if isinstance(res, (tuple, list)) else (res,)
-    sources = [a for a in args if isinstance(a, np.ndarray) and np.may_share_memory(a, arena)]
+    sources = [
+        a
+        for a in args
+        if isinstance(a, np.ndarray)
+        and (np.may_share_memory(a, arena) or any(np.may_share_memory(a, b) for b in buffers))
+    ]
     views = {}
     for o, r in zip(outs, res):
         if o is None:
@@ -1199,12 +1249,16 @@ def _outputs(vals: list[Any], out_slots: list[int]) -> list[Any]:
 
 
 def _arena_outputs(vals: list[Any], out_slots: list[int], arena: np.ndarray) -> list[Any]:
-    """The graph outputs of a run with ``arena``: one that shares it is copied."""
+    """The graph outputs of a run with ``arena``: one that shares it is copied, and so is a
+    read-only one (a view of a staged input's buffer, of a constant or of a recorded
+    value), so the caller may write into what it gets."""
     outs = []
     for k in out_slots:
         arr = vals[k]
         # an array that owns its memory is not the arena's (np.may_share_memory: ~0.7 µs)
-        if isinstance(arr, np.ndarray) and arr.base is not None and np.may_share_memory(arr, arena):
+        if isinstance(arr, np.ndarray) and (
+            not arr.flags.writeable or (arr.base is not None and np.may_share_memory(arr, arena))
+        ):
             arr = arr.copy()
         outs.append(arr)
     return outs

@@ -713,3 +713,45 @@ def test_pointwise_items_run_as_one_line(n, c, m, h, w, input_nchw, post, sum_) 
     assert "portable" in ISAS
     assert len(set(outs.values())) == 1, list(outs)
     check_conv(n, c, h, w, m, 1, 1, (1, 1), (1, 1), (0, 0, 0, 0), input_nchw=input_nchw, lo=-1.5, post=post)
+
+
+@pytest.mark.parametrize(
+    "n,c,w,m,k,post",
+    [
+        (8, 37, 16, 70, 5, ""),  # 3 input blocks, 4 + 1 output blocks: 8 images an item
+        (5, 290, 9, 17, 3, "SiLU"),  # K = 290: input passes through y, the post op per image
+        (3, 7, 1, 33, 1, ""),  # one pixel an image
+        (2, 17, 7, 48, 7, ""),  # a window wider than the row: every pixel a border pixel
+    ],
+)
+def test_images_of_one_row_share_an_item_with_each_images_bytes(n, c, w, m, k, post) -> None:
+    """[N, C, 1, W] (a Conv1d written as 1 x k): images whose rows fit in one item run
+    several to an item, each input pass over all of them. Each image's output is the
+    bytes of that image run alone (N = 1: one image an item), on every ISA and thread
+    count, and within (FG1) of float64; an image offset taken from the wrong image, or a
+    pass skipped for one, moves whole rows."""
+    pads = (0, k // 2, 0, k // 2)
+    rng = np.random.default_rng(n * c + w * m)
+    x = normal(rng, n, c, 1, w)
+    x5 = twin.to_nchwc(x)
+    x5[:, -1, ..., c - (twin.blocks(c) - 1) * 16 :] = 3.0  # pad lanes nobody reads
+    wt, b = normal(rng, m, c, 1, k), normal(rng, m)
+    packed = _native.conv_nchwc_pack_f32(wt, 1, False)
+    kind, params = POSTS[post]
+    outs = {}
+
+    def conv(xs: np.ndarray, threads: int) -> np.ndarray:
+        return _native.conv_nchwc_f32(
+            xs, packed, b, m, c, 1, k, [1, 1], [1, 1], list(pads), 1, 0.0, INF, threads, None, kind, params, False
+        )  # fmt: skip
+
+    def run(isa: str) -> None:
+        alone = np.concatenate([conv(np.ascontiguousarray(x5[i : i + 1]), 1) for i in range(n)])
+        for threads in (1, 2):
+            y = conv(x5, threads)
+            assert y.tobytes() == alone.tobytes(), (isa, threads)
+            outs[isa, threads] = y.tobytes()
+
+    every_isa(run)
+    assert len(set(outs.values())) == 1, list(outs)
+    check_conv(n, c, 1, w, m, 1, k, (1, 1), (1, 1), pads, lo=0.0, post=post)

@@ -25,10 +25,10 @@ def _const(name: str, value: np.ndarray):
 
 
 def _block_model():
-    """x [3, 7, 17]: a MatMul by a constant [17, 13] (it reads the feed: a Python step),
+    """x [3, 7, 17]: a MatMul by a constant [17, 13] (it reads the feed's staged copy),
     Add of a per-column bias, Relu, a Reshape to [3, 91] (a view of the arena, also a
     graph output), a Gemm by a constant [91, 11] with a bias, Sigmoid, a Transpose and
-    Erf (six recorded steps), then a Mul by a constant into the graph output y (outputs
+    Erf (seven recorded steps), then a Mul by a constant into the graph output y (outputs
     are the caller's arrays, not the arena's: a Python step)."""
     rng = np.random.default_rng(0)
     nodes = [
@@ -87,7 +87,7 @@ def test_programs_give_the_bytes_of_the_python_loop_and_the_reference(threads: i
             np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-6)
     (bound,) = sess.executor.bound_runs().values()
     recorded, steps = bound.program_steps
-    assert recorded == 6 and steps == len(sess.plan.steps)
+    assert recorded == 7 and steps == len(sess.plan.steps)
     names = {sess.plan.steps[t[0]].op_type for t in bound.fast_steps}
     assert "Reshape" not in names  # the view of the arena is made once and dropped
 
@@ -313,13 +313,14 @@ def test_an_average_pool_between_recorded_steps_runs_in_the_program() -> None:
         np.testing.assert_array_equal(got, loop)
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)  # float sums of 6: a few ulps
     (bound,) = sess.executor.bound_runs().values()
-    assert bound.program_steps[0] == 2  # the pool and the Relu after it (Relu reads the feed, Mul writes y)
+    # the Relus (the first reads the staged feed) and the pool; Mul writes y
+    assert bound.program_steps[0] == 3
 
 
 def test_a_requantizing_concat_runs_in_the_program() -> None:
     """Three uint8 inputs ([1, 3, 5], [1, 7, 5], [1, 17, 5]; two with their own scale and
     zero point: tables, one with the output's: a copy) concatenated on axis 1 and requantized:
-    the QLinearConcat is recorded (its inputs come from Python steps: the feeds' Q) and
+    the QLinearConcat is recorded with the feeds' Q (they read the staged feeds) and
     gives the bytes of the Python loop and of the reference."""
     params = [(0.02, 128), (0.013, 3), (0.031, 250)]
     nodes, inits, inputs = [], [], []
@@ -345,7 +346,7 @@ def test_a_requantizing_concat_runs_in_the_program() -> None:
         got, loop, want = sess.run(None, feeds)[0], plain.run(None, feeds)[0], ref.run(None, feeds)[0]
         assert got.tobytes() == loop.tobytes() == want.tobytes()
     (bound,) = sess.executor.bound_runs().values()
-    assert bound.program_steps[0] == 1  # the concat (the three Q read feeds, the DQ writes y)
+    assert bound.program_steps[0] == 4  # the three Q and the concat (the DQ writes y)
 
 
 def _dynamic_attention_model(path) -> None:
@@ -418,10 +419,10 @@ def test_onnxruntimes_dynamic_quantization_runs_inside_the_program(tmp_path, thr
     assert ops.count("DynamicQuantizeLinear") >= 3
     assert ops.count("MatMulIntegerToFloat") >= 3
     assert {"MlasSoftmax", "OrtLayerNorm"} <= set(ops)  # ORT's float orders on ORT's file
-    # only the step that reads the feed and the one that writes the graph output are left
+    # only the step that writes the graph output is left (the first reads the staged feed)
     left = {sess.plan.steps[t[0]].node.name for t in bound.fast_steps if t[2] is not _PROGRAM}
-    assert left == {"norm0", "relu"}
-    assert bound.program_steps[0] == len(sess.plan.steps) - 2
+    assert left == {"relu"}
+    assert bound.program_steps[0] == len(sess.plan.steps) - 1
 
 
 def _lstm_stack_model(path) -> None:
@@ -498,3 +499,111 @@ def test_dynamic_quantize_lstm_runs_inside_the_program(tmp_path, threads: int) -
         if t[2] is not _PROGRAM
     ), left
     assert left <= {"relu_in", "relu"}, left
+
+
+def test_float16_casts_between_recorded_steps_run_in_the_program() -> None:
+    """Relu -> Cast(float16) -> Cast(float32) -> Sigmoid -> Mul: the round trip through
+    float16 (an exported model's float16 island, run in float32 between Casts) is
+    recorded with the Relu and Sigmoid around it, so the island does not split the program; the
+    bytes are those of the Python loop and of the reference (NumPy's astype: overflow to
+    inf, float16 subnormals, ties to even)."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Cast", ["r"], ["h"], name="to_half", to=TensorProto.FLOAT16),
+        helper.make_node("Cast", ["h"], ["f"], name="to_float", to=TensorProto.FLOAT),
+        helper.make_node("Sigmoid", ["f"], ["s"], name="sigmoid"),
+        helper.make_node("Mul", ["s", "scale"], ["y"], name="mul"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "half_island",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7, 17])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [_const("scale", np.linspace(0.25, 3.0, 17, dtype=np.float32))],
+    )
+    p = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.graph_optimization_level = quanta.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess, plain = quanta.InferenceSession(p, opts), quanta.InferenceSession(p, opts)
+    plain.executor.native_programs = False
+    ref = quanta.InferenceSession(p, backend="reference")
+    rng = np.random.default_rng(11)
+    for run in range(3):
+        x = rng.normal(0, 4, (3, 7, 17)).astype(np.float32)
+        x[0, 0, :4] = [7e4, 1e5, 6e-8, 3e-5]  # past float16's range; float16 subnormals
+        x[1, 2, :3] = [2049.0, 2051.0, 1 + 2**-11]  # ties to even in float16
+        feeds = {"x": x * (run + 1)}
+        got, loop, want = sess.run(None, feeds)[0], plain.run(None, feeds)[0], ref.run(None, feeds)[0]
+        np.testing.assert_array_equal(got, loop)
+        np.testing.assert_array_equal(got, want)
+    (bound,) = sess.executor.bound_runs().values()
+    assert bound.program_steps[0] == 4  # Relu, both Casts and the Sigmoid (Mul writes y)
+    python_steps = {sess.plan.steps[t[0]].op_type for t in bound.fast_steps if t[2] is not _PROGRAM}
+    assert python_steps == {"Mul"}
+
+
+def test_small_feeds_are_staged_so_the_steps_that_read_them_are_recorded() -> None:
+    """x [3, 7, 17] (small: staged) feeds a Transpose, a Reshape (a view made once of the
+    staged buffer, read by a Relu) and an Identity that is a graph output; big [130, 130]
+    (past STAGED_INPUT_MAX_BYTES) feeds a Sigmoid from the loop. Every run copies its
+    feeds (contiguous or not) into the buffers: the bytes of the Python loop and of the
+    reference, outputs the caller's own (writeable, unchanged by later runs, never the
+    staged buffer)."""
+    from quanta.runtime.execute import STAGED_INPUT_MAX_BYTES
+
+    assert 130 * 130 * 4 > STAGED_INPUT_MAX_BYTES >= 3 * 7 * 17 * 4
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], name="transpose", perm=[2, 0, 1]),
+        helper.make_node("Mul", ["t", "three"], ["yt"], name="mul"),
+        helper.make_node("Reshape", ["x", "shape"], ["v"], name="view"),
+        helper.make_node("Relu", ["v"], ["r"], name="relu"),
+        helper.make_node("Add", ["r", "bias"], ["yr"], name="add"),
+        helper.make_node("Identity", ["x"], ["xi"], name="same"),
+        helper.make_node("Sigmoid", ["big"], ["s"], name="sigmoid"),
+        helper.make_node("Neg", ["s"], ["yb"], name="neg"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "staged",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7, 17]),
+            helper.make_tensor_value_info("big", TensorProto.FLOAT, [130, 130]),
+        ],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("yt", "yr", "xi", "yb")],
+        [
+            _const("three", np.float32(3.0)),
+            _const("shape", np.array([21, 17], np.int64)),
+            _const("bias", np.linspace(-1.0, 1.0, 17, dtype=np.float32)),
+        ],
+    )
+    p = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.graph_optimization_level = quanta.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess, plain = quanta.InferenceSession(p, opts), quanta.InferenceSession(p, opts)
+    plain.executor.native_programs = False
+    ref = quanta.InferenceSession(p, backend="reference")
+    rng = np.random.default_rng(13)
+    kept = []
+    for run in range(4):
+        wide = rng.normal(0, 2, (3, 7, 34)).astype(np.float32)
+        x = wide[:, :, ::2] if run % 2 else np.ascontiguousarray(wide[:, :, :17])  # strided, then not
+        feeds = {"x": x, "big": rng.normal(0, 2, (130, 130)).astype(np.float32)}
+        got, loop, want = sess.run(None, feeds), plain.run(None, feeds), ref.run(None, feeds)
+        for a, b, c in zip(got, loop, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_allclose(a, c, rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(got[2], x)
+        assert all(a.flags.writeable for a in got)
+        kept.append((got, [a.copy() for a in got]))
+        got[2][...] = -7.0  # the caller's own array: the next run does not see it
+    for got, copies in kept[:-1]:
+        for a, c in zip(got[:2] + got[3:], copies[:2] + copies[3:], strict=True):
+            np.testing.assert_array_equal(a, c)  # not overwritten by later runs
+    (bound,) = sess.executor.bound_runs().values()
+    plan = sess.plan
+    assert [k for k, _, _ in bound.staged] == [plan.inputs["x"]]  # big is past the limit
+    python_steps = {plan.steps[t[0]].node.name for t in bound.fast_steps if t[2] is not _PROGRAM}
+    assert {"transpose", "relu"}.isdisjoint(python_steps)
+    assert "sigmoid" in python_steps  # it reads big's feed, not a staged copy

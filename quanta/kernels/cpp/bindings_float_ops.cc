@@ -268,6 +268,7 @@ py::array cast_half(const py::handle& x_obj, int num_threads, const py::object& 
   const py::dtype to = from_f32 ? f16 : f32;
   py::array y;
   if (out_obj.is_none()) {
+    note_new_output();
     y = py::array(to, shape_of(x));
   } else {
     if (!py::isinstance<py::array>(out_obj)) throw py::value_error("cast_half: out: expected a numpy array");
@@ -287,14 +288,16 @@ py::array cast_half(const py::handle& x_obj, int num_threads, const py::object& 
   const int64_t n = x.size();
   const void* src = x.data();
   void* dst = y.mutable_data();
-  {
-    py::gil_scoped_release release;
+  // one kernel call into y: a native program may keep it (the float16 islands' Cast pairs
+  // sit between recorded steps and would otherwise split their program)
+  const Isa isa = active_isa();
+  run_or_record([=]() {
     if (from_f32) {
-      float_ops::to_half(static_cast<const float*>(src), static_cast<uint16_t*>(dst), n, num_threads, active_isa());
+      float_ops::to_half(static_cast<const float*>(src), static_cast<uint16_t*>(dst), n, num_threads, isa);
     } else {
-      float_ops::from_half(static_cast<const uint16_t*>(src), static_cast<float*>(dst), n, num_threads, active_isa());
+      float_ops::from_half(static_cast<const uint16_t*>(src), static_cast<float*>(dst), n, num_threads, isa);
     }
-  }
+  });
   return y;
 }
 

@@ -246,7 +246,7 @@ def _cast_half_specialized(sig: Specialization, **attrs: Any) -> Callable[..., A
     if (sig.dtypes[0], onnx_dtype(attrs.get("to", -1))) not in _HALF_CASTS:
         return None
     cast_half, threads, out = _native().cast_half, step_threads(sig), sig.out
-    return guarded(lambda x: cast_half(x, threads, out), _cast_half, attrs, out)
+    return guarded(lambda x: cast_half(x, threads, out), _cast_half, attrs, out, recordable=True)
 
 
 #: (u)int16 -> float32: the native DequantizeLinear with scale 1 and zero point 0, whose
