@@ -304,6 +304,14 @@ def metric(kind: str, ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) 
         agree = 100 * float(np.mean(r.argmax(1) == g.argmax(1)))
         sq = sqnr_db(r, g)
         return {"score": agree, "tags": agree, "sqnr_db": sq, "text": f"tags {agree:.1f}% SQNR {sq:.1f} dB"}
+    if kind == "stress":  # luscinia: the stressed vowel (its label output), and the probabilities
+        r = np.concatenate([o[0] for o in ref])
+        g = np.concatenate([o[0] for o in got])
+        eq = 100 * float(np.mean(r == g))
+        pr = np.array([[d[k] for k in sorted(d)] for o in ref for d in o[1]], np.float64)
+        pg = np.array([[d[k] for k in sorted(d)] for o in got for d in o[1]], np.float64)
+        err = float(np.abs(pr - pg).max())
+        return {"score": eq, "labels": eq, "max_prob_err": err, "text": f"labels {eq:.1f}% max dp {err:.1e}"}
     if kind == "attention":  # rxnmap: the atom map read from the attention, as chython reads it
         agree, total = 0, 0
         for a, b, feed in zip(ref, got, ATTENTION_FEEDS, strict=True):

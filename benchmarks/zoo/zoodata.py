@@ -1025,6 +1025,18 @@ SPECS = [
         "erf GELU, an attention bias that is -inf off the molecule blocks) -> the all-to-all "
         "attention [T,T] whose product-to-reactant argmax is the atom map; torch 2.7, opset 17",
     ),
+    Spec(
+        "luscinia_stress",
+        "stress",
+        "luscinia",
+        "1.0.0",
+        "luscinia/data/P3_0017_full.onnx.gz",
+        "Ukrainian word-stress predictor: a **LightGBM forest** by OnnxMLTools 1.16 (one "
+        "ai.onnx.ml TreeEnsembleClassifier of 4,849,758 nodes, 194 MB unpacked, ZipMap) over "
+        "132 hand-made features of a word -> the stressed vowel (11 classes) and a "
+        "**sequence of maps** of class probabilities; opset 9 + ai.onnx.ml 1",
+        data=("luscinia/featurizer.py", "luscinia/data/manifest.json"),
+    ),
 ]
 # Not models, but shipped data the zoo needs: the tokenizer vocabulary for minilm_int8.
 VOCAB = Spec(
@@ -1132,6 +1144,7 @@ SIZES = {
     "ppocrv5_det_p3": (6, 8),
     "ppocrv5_rec_p3": (16, 32),
     "rxnmap": (12, 24),
+    "luscinia_stress": (4, 8),
 }
 
 # Sizes of a model that SIZES does not list, by its kind (the manifest's ``kind``), so any
@@ -3167,7 +3180,20 @@ def mrz_documents(split: str, n: int) -> list[np.ndarray]:
 
 # --- held-out round 30: a Graphormer-style reaction encoder ------------------------------
 
-HELD30_MODELS = ("rxnmap",)
+HELD30_MODELS = ("rxnmap", "luscinia_stress")
+#: everyday Ukrainian words (nouns, verbs, adjectives) for luscinia's featurizer; the
+#: splits take alternate words
+UKRAINIAN_WORDS = (
+    "мама тато університет молоко вода місто людина дерево книжка слово україна весна робота "
+    "дорога сонце батьківщина читати говорити зелений неділя вчитель кавун вікно столиця "
+    "сестра брат родина земля небо річка озеро море гора поле ліс трава квітка яблуко хліб "
+    "сіль цукор масло олія борщ вареники картопля капуста морква буряк цибуля часник "
+    "писати слухати бачити думати працювати відпочивати співати танцювати малювати "
+    "червоний синій жовтий білий чорний великий маленький новий старий добрий гарний "
+    "школа учень студентка лікар лікарня аптека магазин ринок вулиця площа парк зупинка "
+    "автобус потяг літак машина велосипед телефон комп'ютер газета журнал листопад "
+    "понеділок вівторок середа четвер пʼятниця субота ранок вечір ніч година хвилина"
+).split()
 #: heavy atoms of the synthetic molecules: (atomic number, valence, weight in the draw)
 RXN_ELEMENTS = ((6, 4, 0.72), (7, 3, 0.14), (8, 2, 0.12), (16, 2, 0.02))
 
@@ -3266,9 +3292,35 @@ def rxnmap_feed(rng: np.random.Generator) -> Feed:
     }
 
 
+def luscinia_featurize(cache: Path):
+    """luscinia's own ``featurize(word, pos)`` (its featurizer.py from the wheel), with the
+    feature order of its manifest.json (the module reads it from the installed package)."""
+    import importlib.util
+
+    folder = cache / "models" / "luscinia_stress"
+    spec = importlib.util.spec_from_file_location("luscinia_featurizer", folder / "featurizer.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.FEATURE_NAMES = json.loads((folder / "manifest.json").read_text())["feature_names"]
+    return module.featurize
+
+
 def held30_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
     """rxnmap: one synthetic reaction a feed (rxnmap_feed), 13-43 tokens; the splits
-    differ by seed."""
+    differ by seed. luscinia: 8 words a feed (as its predict_batch vectorizes a list),
+    alternate words of UKRAINIAN_WORDS per split, part of speech NOUN / VERB / ADJ / X."""
+    if name == "luscinia_stress":
+        featurize = luscinia_featurize(cache)
+        rng = np.random.default_rng((CALIB_SEED if split == "calib" else EVAL_SEED) * 1000 + 30)
+        words = list(UKRAINIAN_WORDS[(0 if split == "calib" else 1) :: 2])
+        out: list[Feed] = []
+        for _ in range(n):
+            batch = [words[int(k)] for k in rng.choice(len(words), 8, replace=False)]
+            pos = [str(rng.choice(["NOUN", "VERB", "ADJ", "X"])) for _ in batch]
+            x = np.array([featurize(w, p) for w, p in zip(batch, pos, strict=True)], np.float32)
+            out.append({"float_input": x})
+        return out
     if name != "rxnmap":
         raise KeyError(name)
     rng = np.random.default_rng((CALIB_SEED if split == "calib" else EVAL_SEED) * 1000 + 30)
