@@ -87,7 +87,7 @@ class Forest:
 
     def __init__(self, attrs: dict[str, Any], prefix: str) -> None:
         # every table is built by array operations: a forest of millions of nodes (a
-        # LightGBM export) is built in a second, where a pass per node took minutes
+        # LightGBM export) takes seconds, where a Python pass per node took minutes
         tree = np.asarray(list(attrs["nodes_treeids"]), np.int64)
         find = _NodeIndex(tree, np.asarray(list(attrs["nodes_nodeids"]), np.int64))
         names, codes = np.unique(
