@@ -87,7 +87,7 @@ class Forest:
 
     def __init__(self, attrs: dict[str, Any], prefix: str) -> None:
         # every table is built by array operations: a forest of millions of nodes (a
-        # LightGBM export) takes seconds, where a Python pass per node took minutes
+        # LightGBM export): a Python pass per node took 20 s for 508k nodes (profiled)
         tree = np.asarray(list(attrs["nodes_treeids"]), np.int64)
         find = _NodeIndex(tree, np.asarray(list(attrs["nodes_nodeids"]), np.int64))
         names, codes = np.unique(
