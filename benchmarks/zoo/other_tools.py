@@ -98,6 +98,22 @@ OTHER_TOOL: list[tuple[str, str, str, dict[str, Any]]] = [
     # a sentence encoder whose graph pools (ReduceSum / Clip / Div) and passes its inputs on
     ("minilm_l3.ort_dynamic", "minilm_l3", "onnxruntime.quantization.quantize_dynamic", {"dynamic": True}),
     ("minilm_l3.nncf", "minilm_l3", "nncf.quantize (defaults)", {"nncf": True}),
+    # 4-bit weights of a transformer: com.microsoft MatMulNBits (block 32, zero points), and
+    # the same blocks written as opset-21 int4 DequantizeLinear with block_size before MatMul
+    (
+        "rxnmap.ort_nbits4",
+        "rxnmap",
+        "onnxruntime.quantization.MatMulNBitsQuantizer (4 bits, block 32, asymmetric)",
+        {"nbits": 4, "block_size": 32},
+    ),
+    (
+        "rxnmap.ort_int4_qdq",
+        "rxnmap",
+        "onnxruntime.quantization.MatMulNBitsQuantizer (QDQ: int4 DequantizeLinear, block 32)",
+        {"nbits": 4, "block_size": 32, "quant_format": "QDQ"},
+    ),
+    # the transformer as a float16 file (onnxconverter-common, float32 inputs and outputs kept)
+    ("rxnmap.fp16", "rxnmap", "onnxconverter_common.float16.convert_float_to_float16", {"float16": True}),
 ]
 
 
@@ -136,6 +152,23 @@ def make(source: str, src: Path, dst: Path, options: dict[str, Any]) -> None:
         cache = next(d for d in src.parents if d.name == "models").parent  # the audio and text feeds read it
         calib = zoodata.feeds(source, "calib", n_calib, cache)
         onnx.save(nncf.quantize(onnx.load(str(src)), nncf.Dataset(calib), subset_size=len(calib)), str(dst))
+        return
+    if kw.pop("nbits", None):
+        import onnx
+        from onnxruntime.quantization import matmul_nbits_quantizer
+
+        fmt = getattr(QuantFormat, kw.pop("quant_format", "QOperator"))
+        q = matmul_nbits_quantizer.MatMulNBitsQuantizer(
+            onnx.load(str(src)), block_size=kw["block_size"], is_symmetric=False, quant_format=fmt
+        )
+        q.process()
+        q.model.save_model_to_file(str(dst), False)
+        return
+    if kw.pop("float16", False):
+        import onnx
+        from onnxconverter_common import float16
+
+        onnx.save(float16.convert_float_to_float16(onnx.load(str(src)), keep_io_types=True), str(dst))
         return
     if kw.pop("preprocess", False):
         from onnxruntime.quantization.shape_inference import quant_pre_process

@@ -1013,6 +1013,30 @@ SPECS = [
         "PP-OCRv4 English recognizer (SVTR-LCNet, CTC over 97 classes), Paddle2ONNX, opset 12: "
         "6 BatchNormalization left unfused, LayerNorms written out with ReduceMean / Pow / Sqrt",
     ),
+    Spec(
+        "rxnmap",
+        "attention",
+        "chython-rxnmap",
+        "2.0",
+        "chython_rxnmap/rxnmap.onnx",
+        "chython's reaction atom-to-atom mapper (85 MB): a Graphormer-style **BERT encoder** over "
+        "atom tokens (atoms, neighbour counts, roles [1,T] and the topological distance matrix "
+        "[1,T,T], int64) -> 8 weight-tied layers of d 1024 (92 MatMul, 30 LayerNormalization, "
+        "erf GELU, an attention bias that is -inf off the molecule blocks) -> the all-to-all "
+        "attention [T,T] whose product-to-reactant argmax is the atom map; torch 2.7, opset 17",
+    ),
+    Spec(
+        "luscinia_stress",
+        "stress",
+        "luscinia",
+        "1.0.0",
+        "luscinia/data/P3_0017_full.onnx.gz",
+        "Ukrainian word-stress predictor: a **LightGBM forest** by OnnxMLTools 1.16 (one "
+        "ai.onnx.ml TreeEnsembleClassifier of 4,849,758 nodes, 194 MB unpacked, ZipMap) over "
+        "132 hand-made features of a word -> the stressed vowel (11 classes) and a "
+        "**sequence of maps** of class probabilities; opset 9 + ai.onnx.ml 1",
+        data=("luscinia/featurizer.py", "luscinia/data/manifest.json"),
+    ),
 ]
 # Not models, but shipped data the zoo needs: the tokenizer vocabulary for minilm_int8.
 VOCAB = Spec(
@@ -1119,6 +1143,8 @@ SIZES = {
     "ppocrv5_textline_ori": (16, 48),
     "ppocrv5_det_p3": (6, 8),
     "ppocrv5_rec_p3": (16, 32),
+    "rxnmap": (12, 24),
+    "luscinia_stress": (4, 8),
 }
 
 # Sizes of a model that SIZES does not list, by its kind (the manifest's ``kind``), so any
@@ -1772,6 +1798,8 @@ def feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
         return held29_feeds(name, split, n, cache)
     if name in HELD28_MODELS:
         return held28_feeds(name, split, n, cache)
+    if name in HELD30_MODELS:
+        return held30_feeds(name, split, n, cache)
     return image_feeds(name, split, n)
 
 
@@ -3148,3 +3176,152 @@ def mrz_documents(split: str, n: int) -> list[np.ndarray]:
         cols_idx = (np.arange(256) * bgr.shape[1] / 256).astype(int)
         out.append((bgr[rows_idx][:, cols_idx] / 255).astype(np.float32)[None])
     return out
+
+
+# --- held-out round 30: a Graphormer-style reaction encoder ------------------------------
+
+HELD30_MODELS = ("rxnmap", "luscinia_stress")
+#: everyday Ukrainian words (nouns, verbs, adjectives) for luscinia's featurizer; the
+#: splits take alternate words
+UKRAINIAN_WORDS = (
+    "мама тато університет молоко вода місто людина дерево книжка слово україна весна робота "
+    "дорога сонце батьківщина читати говорити зелений неділя вчитель кавун вікно столиця "
+    "сестра брат родина земля небо річка озеро море гора поле ліс трава квітка яблуко хліб "
+    "сіль цукор масло олія борщ вареники картопля капуста морква буряк цибуля часник "
+    "писати слухати бачити думати працювати відпочивати співати танцювати малювати "
+    "червоний синій жовтий білий чорний великий маленький новий старий добрий гарний "
+    "школа учень студентка лікар лікарня аптека магазин ринок вулиця площа парк зупинка "
+    "автобус потяг літак машина велосипед телефон комп'ютер газета журнал листопад "
+    "понеділок вівторок середа четвер пʼятниця субота ранок вечір ніч година хвилина"
+).split()
+#: heavy atoms of the synthetic molecules: (atomic number, valence, weight in the draw)
+RXN_ELEMENTS = ((6, 4, 0.72), (7, 3, 0.14), (8, 2, 0.12), (16, 2, 0.02))
+
+
+def random_molecule(rng: np.random.Generator, atoms: int) -> tuple[list[int], list[int], np.ndarray]:
+    """A molecule-like graph: a random tree of heavy atoms (each bond to an atom with a
+    free valence), one ring closure in two of three; returns atomic numbers, implicit
+    hydrogens per atom and the adjacency matrix."""
+    z_all = np.array([e[0] for e in RXN_ELEMENTS])
+    val = {e[0]: e[1] for e in RXN_ELEMENTS}
+    w = np.array([e[2] for e in RXN_ELEMENTS])
+    z = [6]
+    adj = np.zeros((atoms, atoms), bool)
+    for i in range(1, atoms):
+        z.append(int(rng.choice(z_all, p=w / w.sum())))
+        free = [j for j in range(i) if adj[j].sum() < val[z[j]]]
+        j = int(rng.choice(free)) if free else i - 1
+        adj[i, j] = adj[j, i] = True
+    if atoms >= 6 and rng.random() < 2 / 3:  # a ring: close a path of 5-6 atoms
+        free = [i for i in range(atoms) if adj[i].sum() < val[z[i]]]
+        pairs = [(a, b) for a in free for b in free if a < b and not adj[a, b]]
+        rng.shuffle(pairs)
+        for a, b in pairs:
+            if graph_distances(adj)[a, b] in (4, 5):
+                adj[a, b] = adj[b, a] = True
+                break
+    hyd = [max(0, val[z[i]] - int(adj[i].sum())) for i in range(atoms)]
+    return z, hyd, adj
+
+
+def graph_distances(adj: np.ndarray) -> np.ndarray:
+    """Topological distances (breadth-first), -1 between atoms that no path joins."""
+    n = len(adj)
+    d = np.full((n, n), -1, np.int64)
+    for s in range(n):
+        d[s, s], frontier, k = 0, [s], 0
+        while frontier:
+            k += 1
+            nxt = [v for u in frontier for v in np.flatnonzero(adj[u]) if d[s, v] < 0]
+            for v in nxt:
+                d[s, v] = k
+            frontier = list(dict.fromkeys(nxt))
+    return d
+
+
+def rxnmap_feed(rng: np.random.Generator) -> Feed:
+    """One coupling-like reaction A + B -> AB encoded as chytorch's ReactionDataset does:
+    a reaction cls token (atom 1, role 1), then per molecule a molecule token (atom 2) and
+    its atoms as atomic number + 2, neighbours (bonds + implicit H) + 2 clamped at 16,
+    role 2 (reactant) or 3 (product); distances + 2 clamped at 12 inside each molecule,
+    1 across molecules, 0 nowhere (no padding in a batch of one). The product joins A and
+    B by one bond between two atoms that carry a hydrogen, with its atoms shuffled, so
+    that every product atom has one true reactant atom."""
+    mols = [random_molecule(rng, int(rng.integers(4, 14))) for _ in range(2)]
+    za, ha, aa = mols[0]
+    zb, hb, ab = mols[1]
+    na, nb = len(za), len(zb)
+    z, h = za + zb, ha + hb
+    adj = np.zeros((na + nb, na + nb), bool)
+    adj[:na, :na], adj[na:, na:] = aa, ab
+    i = int(rng.choice([k for k in range(na) if ha[k] > 0] or [0]))
+    j = na + int(rng.choice([k for k in range(nb) if hb[k] > 0] or [0]))
+    adj[i, j] = adj[j, i] = True
+    h = [x - (k in (i, j) and x > 0) for k, x in enumerate(h)]
+    perm = rng.permutation(na + nb)
+    prod = (
+        [z[k] for k in perm],
+        [h[k] for k in perm],
+        adj[np.ix_(perm, perm)],
+    )
+    blocks = [(za, ha, aa, 2), (zb, hb, ab, 2), (*prod, 3)]
+    atoms, neigh, roles, sizes = [1], [0], [1], [1]
+    for zz, hh, aj, role in blocks:
+        atoms += [2] + [x + 2 for x in zz]
+        neigh += [0] + [min(int(aj[k].sum()) + hh[k], 14) + 2 for k in range(len(zz))]
+        roles += [role] * (len(zz) + 1)
+        sizes.append(len(zz) + 1)
+    t = sum(sizes)
+    dist = np.ones((t, t), np.int64)
+    start = 1
+    for (_, _, aj, _), size in zip(blocks, sizes[1:], strict=True):
+        d = graph_distances(aj)
+        inner = np.where(d < 0, 1, np.minimum(d, 10) + 2)
+        block = np.full((size, size), 3, np.int64)  # the molecule token is bonded to its atoms
+        block[0, 0] = 2
+        block[1:, 1:] = inner
+        dist[start : start + size, start : start + size] = block
+        start += size
+    dist[0, :] = dist[:, 0] = 3  # the reaction token sees every token
+    dist[0, 0] = 2
+    return {
+        "atoms": np.array([atoms], np.int64),
+        "neighbors": np.array([neigh], np.int64),
+        "distances": dist[None],
+        "roles": np.array([roles], np.int64),
+    }
+
+
+def luscinia_featurize(cache: Path):
+    """luscinia's own ``featurize(word, pos)`` (its featurizer.py from the wheel), with the
+    feature order of its manifest.json (the module reads it from the installed package)."""
+    import importlib.util
+
+    folder = cache / "models" / "luscinia_stress"
+    spec = importlib.util.spec_from_file_location("luscinia_featurizer", folder / "featurizer.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.FEATURE_NAMES = json.loads((folder / "manifest.json").read_text())["feature_names"]
+    return module.featurize
+
+
+def held30_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
+    """rxnmap: one synthetic reaction a feed (rxnmap_feed), 13-43 tokens; the splits
+    differ by seed. luscinia: 8 words a feed (as its predict_batch vectorizes a list),
+    alternate words of UKRAINIAN_WORDS per split, part of speech NOUN / VERB / ADJ / X."""
+    if name == "luscinia_stress":
+        featurize = luscinia_featurize(cache)
+        rng = np.random.default_rng((CALIB_SEED if split == "calib" else EVAL_SEED) * 1000 + 30)
+        words = list(UKRAINIAN_WORDS[(0 if split == "calib" else 1) :: 2])
+        out: list[Feed] = []
+        for _ in range(n):
+            batch = [words[int(k)] for k in rng.choice(len(words), 8, replace=False)]
+            pos = [str(rng.choice(["NOUN", "VERB", "ADJ", "X"])) for _ in batch]
+            x = np.array([featurize(w, p) for w, p in zip(batch, pos, strict=True)], np.float32)
+            out.append({"float_input": x})
+        return out
+    if name != "rxnmap":
+        raise KeyError(name)
+    rng = np.random.default_rng((CALIB_SEED if split == "calib" else EVAL_SEED) * 1000 + 30)
+    return [rxnmap_feed(rng) for _ in range(n)]

@@ -698,10 +698,10 @@ def attribute_to_python(attr: AttributeProto) -> Any:
         return numpy_helper.to_array(attr.t)
     if t == AttributeProto.GRAPH:
         return attr.g
-    if t == AttributeProto.INTS:
-        return [int(v) for v in attr.ints]
+    if t == AttributeProto.INTS:  # the repeated field yields Python ints / floats: no per-item call
+        return list(attr.ints)
     if t == AttributeProto.FLOATS:
-        return [float(v) for v in attr.floats]
+        return list(attr.floats)
     if t == AttributeProto.STRINGS:
         return [s.decode("utf-8", errors="replace") for s in attr.strings]
     if t == AttributeProto.TENSORS:
@@ -1133,10 +1133,14 @@ def _attr_to_proto(name: str, value: Any, attr_type: int | None) -> AttributePro
         return helper.make_attribute(name, str(value))
     if attr_type in (AttributeProto.INTS, AttributeProto.FLOATS, AttributeProto.STRINGS) and len(value) == 0:
         return helper.make_attribute(name, [], attr_type=attr_type)
-    if attr_type == AttributeProto.FLOATS:
-        return helper.make_attribute(name, [float(x) for x in value])
-    if attr_type == AttributeProto.INTS:
-        return helper.make_attribute(name, [int(x) for x in value])
+    if attr_type in (AttributeProto.FLOATS, AttributeProto.INTS):
+        # filled in one C-level pass: a tree ensemble's lists hold millions of entries
+        proto = AttributeProto(name=name, type=attr_type)
+        if attr_type == AttributeProto.FLOATS:
+            proto.floats.extend(np.asarray(value, np.float64).ravel().tolist())
+        else:
+            proto.ints.extend(np.asarray(value, np.int64).ravel().tolist())
+        return proto
     if isinstance(value, np.ndarray):
         return helper.make_attribute(name, numpy_helper.from_array(value))
     if isinstance(value, list) and value and isinstance(value[0], np.ndarray):

@@ -41,6 +41,43 @@ def _attr(attrs: dict[str, Any], name: str, dtype: Any = None) -> np.ndarray | N
     return np.asarray(list(v), dtype=dtype)
 
 
+class _NodeIndex:
+    """(tree id, node id) -> the node's index in the attribute lists, -1 for a pair no node
+    has; of two nodes with the same pair the later one is found (as a dict built in
+    attribute order keeps). Pairs are searched as one int64 key, tree-major."""
+
+    def __init__(self, tree: np.ndarray, node: np.ndarray) -> None:
+        self.empty = tree.size == 0
+        if self.empty:
+            return
+        self.t0, self.t1, self.n0 = int(tree.min()), int(tree.max()), int(node.min())
+        self.span = int(node.max()) - self.n0 + 1
+        if (self.t1 - self.t0 + 1) * self.span >= 2**62:  # ids too far apart for one key
+            self.pairs = {(int(t), int(n)): i for i, (t, n) in enumerate(zip(tree.tolist(), node.tolist()))}
+            return
+        self.pairs = None
+        key = self._key(tree, node)
+        order = np.argsort(key, kind="stable")  # equal pairs keep attribute order
+        k = key[order]
+        last = np.ones(len(order), bool)
+        last[:-1] = k[1:] != k[:-1]
+        self.keys, self.index = k[last], order[last].astype(np.int64)
+
+    def _key(self, tree: np.ndarray, node: np.ndarray) -> np.ndarray:
+        return (tree - self.t0) * self.span + (node - self.n0)
+
+    def __call__(self, tree: np.ndarray, node: np.ndarray) -> np.ndarray:
+        if self.empty:
+            return np.full(len(tree), -1, np.int64)
+        if self.pairs is not None:
+            return np.array([self.pairs.get((int(t), int(n)), -1) for t, n in zip(tree, node)], np.int64)
+        # a pair outside the stored ranges is absent (and its key could overflow)
+        inside = (node >= self.n0) & (node < self.n0 + self.span) & (tree >= self.t0) & (tree <= self.t1)
+        key = np.where(inside, self._key(tree, node), -1)
+        pos = np.minimum(np.searchsorted(self.keys, key), self.keys.size - 1)
+        return np.where(inside & (self.keys[pos] == key), self.index[pos], -1)
+
+
 class Forest:
     """Everything a tree ensemble's attributes fix, built once: each node's rule, feature,
     threshold and both children as node indices, each tree's root, and the leaves'
@@ -49,13 +86,20 @@ class Forest:
     builds it per call; the native target keeps one per node."""
 
     def __init__(self, attrs: dict[str, Any], prefix: str) -> None:
-        tree = [int(t) for t in attrs["nodes_treeids"]]
-        index = {(t, int(n)): i for i, (t, n) in enumerate(zip(tree, attrs["nodes_nodeids"]))}
-        modes = [m.decode() if isinstance(m, bytes) else str(m) for m in attrs["nodes_modes"]]
-        unknown = sorted(set(modes) - set(_RULES))
+        # every table is built by array operations: a forest of millions of nodes (a
+        # LightGBM export): a Python pass per node took 20 s for 508k nodes (profiled)
+        tree = np.asarray(list(attrs["nodes_treeids"]), np.int64)
+        find = _NodeIndex(tree, np.asarray(list(attrs["nodes_nodeids"]), np.int64))
+        names, codes = np.unique(
+            np.array(
+                [m.decode() if isinstance(m, bytes) else str(m) for m in attrs["nodes_modes"]], dtype=object
+            ),
+            return_inverse=True,
+        )
+        unknown = sorted(set(names.tolist()) - set(_RULES))
         if unknown:
             raise OpError(f"tree ensemble: unknown node mode(s) {unknown}")
-        self.rule = np.array([_RULES.index(m) for m in modes], np.int64)
+        self.rule = np.array([_RULES.index(m) for m in names.tolist()], np.int64)[codes.reshape(-1)]
         self.feature = np.asarray(list(attrs["nodes_featureids"]), np.int64)
         branch = self.rule != 6
         #: the input needs more columns than this (-1: no branch reads any)
@@ -70,28 +114,26 @@ class Forest:
         )
 
         def child(ids: str) -> np.ndarray:
-            out = np.zeros(len(tree), np.int64)
-            for i, (t, n, r) in enumerate(zip(tree, attrs[ids], self.rule.tolist())):
-                if r != 6:  # a leaf's children are not read
-                    j = index.get((t, int(n)))
-                    if j is None:
-                        raise OpError(f"tree ensemble: tree {t} has no node {int(n)} ({ids})")
-                    out[i] = j
-            return out
+            wanted = np.asarray(list(attrs[ids]), np.int64)
+            out = find(tree, wanted)
+            bad = np.flatnonzero(branch & (out < 0))  # a leaf's children are not read
+            if bad.size:
+                i = int(bad[0])
+                raise OpError(f"tree ensemble: tree {int(tree[i])} has no node {int(wanted[i])} ({ids})")
+            return np.where(branch, out, 0)
 
         self.true_child, self.false_child = child("nodes_truenodeids"), child("nodes_falsenodeids")
-        first: dict[int, int] = {}
-        for i, t in enumerate(tree):
-            first.setdefault(t, i)
-        self.roots = np.array([first[t] for t in sorted(first)], np.int64)
+        # each tree's first node in attribute order, trees in ascending id
+        _, first = np.unique(tree, return_index=True)
+        self.roots = first.astype(np.int64)
         # the leaves' weight entries: per node index, its entries in attribute order
-        per_node: list[list[int]] = [[] for _ in tree]
-        for k, (t, n) in enumerate(zip(attrs[f"{prefix}_treeids"], attrs[f"{prefix}_nodeids"])):
-            j = index.get((int(t), int(n)))
-            if j is not None:
-                per_node[j].append(k)
-        self.counts = np.array([len(ks) for ks in per_node], np.int64)
-        self.flat = np.array([k for ks in per_node for k in ks], np.int64)
+        at = find(
+            np.asarray(list(attrs[f"{prefix}_treeids"]), np.int64),
+            np.asarray(list(attrs[f"{prefix}_nodeids"]), np.int64),
+        )
+        entries = np.flatnonzero(at >= 0)
+        self.counts = np.bincount(at[entries], minlength=len(tree)).astype(np.int64)
+        self.flat = entries[np.argsort(at[entries], kind="stable")].astype(np.int64)
         self.offsets = np.cumsum(self.counts) - self.counts
         self.cols = np.asarray(list(attrs[f"{prefix}_ids"]), np.int64)
         weights = _attr(attrs, f"{prefix}_weights", np.float32)

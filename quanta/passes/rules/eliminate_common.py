@@ -52,8 +52,10 @@ def _has_subgraph(node: Node) -> bool:
     def is_graph(v: Any) -> bool:
         return hasattr(v, "node") and hasattr(v, "input")
 
+    # an attribute list holds one kind of element (ONNX's GRAPHS or INTS ...): its first
+    # says which, so a forest's million-entry lists are not walked
     return any(
-        is_graph(v) or (isinstance(v, list) and any(is_graph(x) for x in v)) for v in node.attrs.values()
+        is_graph(v) or (isinstance(v, list) and bool(v) and is_graph(v[0])) for v in node.attrs.values()
     )
 
 
@@ -107,7 +109,10 @@ class EliminateCommon(Pass):
     @staticmethod
     def _merge_nodes(graph: Graph) -> int:
         outputs = {id(v) for v in graph.outputs}
-        seen: dict[tuple, Node] = {}
+        # nodes are bucketed by what is cheap (op, inputs, output types); attributes are
+        # keyed only for a node whose bucket holds an earlier one, so a node with lists of
+        # millions of entries (a tree ensemble's) and no twin costs nothing
+        buckets: dict[tuple, list[tuple[Node, Any]]] = {}
         merged = 0
         for node in list(graph.nodes):
             if node.op_type in NONDETERMINISTIC_OPS or _has_subgraph(node):
@@ -116,12 +121,22 @@ class EliminateCommon(Pass):
                 node.domain,
                 node.op_type,
                 tuple(None if v is None else id(v) for v in node.inputs),
-                tuple(sorted((k, _attr_key(a)) for k, a in node.attrs.items())),
                 tuple(None if v.type is None else v.type.elem for v in node.outputs),
             )
-            first = seen.get(key)
-            if first is None:
-                seen[key] = node
+            bucket = buckets.setdefault(key, [])
+            if not bucket:
+                bucket.append((node, None))
+                continue
+            attrs = _attrs_key(node)
+            for i, (earlier, earlier_attrs) in enumerate(bucket):
+                if earlier_attrs is None:
+                    earlier_attrs = _attrs_key(earlier)
+                    bucket[i] = (earlier, earlier_attrs)
+                if earlier_attrs == attrs:
+                    first = earlier
+                    break
+            else:
+                bucket.append((node, attrs))
                 continue
             if any(id(v) in outputs for v in node.outputs):
                 continue
@@ -130,3 +145,7 @@ class EliminateCommon(Pass):
             graph.remove_node(node)
             merged += 1
         return merged
+
+
+def _attrs_key(node: Node) -> tuple:
+    return tuple(sorted((k, _attr_key(a)) for k, a in node.attrs.items()))

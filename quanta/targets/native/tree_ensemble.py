@@ -1,8 +1,8 @@
 """TreeEnsembleClassifier / TreeEnsembleRegressor (``ai.onnx.ml``) on the native target:
 the twin's functions (reference/tree_ensemble.py) on a :class:`Forest` built once per
 node instead of on every call. The node table, the children as indices and the leaves'
-weight entries of a 10,650-node forest are a Python pass over every attribute list;
-what a run does is the row-parallel descent and the weight sums, as the twin's."""
+weight entries are array passes over every attribute list, done once; what a run does
+is the row-parallel descent and the weight sums, as the twin's."""
 
 from __future__ import annotations
 

@@ -254,3 +254,42 @@ def test_an_input_narrower_than_the_features_read_names_itself() -> None:
     for backend in ("reference", "native"):
         with pytest.raises(Exception, match=f"reads feature {widest} of an input of {widest}"):
             quanta.InferenceSession(m, backend=backend).run(None, {"x": np.zeros((2, widest), np.float32)})
+
+
+@pytest.mark.parametrize("far", [False, True])
+def test_sparse_unordered_tree_and_node_ids_find_the_same_nodes(far: bool) -> None:
+    """Tree ids out of order and not from 0, node ids sparse and large (a LightGBM-style
+    export numbers them per tree): the children and the leaves' weight entries are found
+    by the (tree, node) pair as the reference finds them. ``far``: ids so far apart that
+    no single integer key holds both (the table falls back to pairs). Against
+    onnx.reference alone: ONNX Runtime refuses a node id past its tree's node count."""
+    rng = np.random.default_rng(11)
+    f = forest(rng, trees=5, depth=4, outputs=3, modes=ORT_MODES)
+    tree_ids = [40, 3, 17, 9, 25] if not far else [2**40 + 3, 7, 2**41, 11, 5]
+    remap_t = dict(enumerate(tree_ids))
+    step = 1000 if not far else 2**30
+
+    def node_id(t: int, n: int) -> int:
+        return n * step + 7 + t  # per tree sparse, never 0
+
+    nodes = dict(f["nodes"])
+    old_t = list(nodes["nodes_treeids"])
+    nodes["nodes_treeids"] = [remap_t[t] for t in old_t]
+    for k in ("nodes_nodeids", "nodes_truenodeids", "nodes_falsenodeids"):
+        nodes[k] = [node_id(t, n) for t, n in zip(old_t, nodes[k], strict=True)]
+    w_t, w_n, w_c, w_v = f["weights"]
+    g = {
+        "nodes": nodes,
+        "weights": (
+            [remap_t[t] for t in w_t],
+            [node_id(t, n) for t, n in zip(w_t, w_n, strict=True)],
+            w_c,
+            w_v,
+        ),
+    }
+    m = model(
+        "TreeEnsembleRegressor",
+        forest_attrs(g, "target", n_targets=3, aggregate_function="SUM", base_values=[0.25, -1.5, 0.125]),
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 3])],
+    )
+    check(m, inputs(rng), against_ort=False)

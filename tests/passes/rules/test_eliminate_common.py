@@ -152,3 +152,27 @@ def test_constants_equal_only_off_the_fingerprints_sample_are_compared_whole():
     assert sorted(g.initializers) == ["c0", "c2"]
     readers = {n.name: n.inputs[1].name for n in g.nodes}
     assert readers == {"add_c0": "c0", "add_c1": "c0", "add_c2": "c2", "add_c3": "c2"}
+
+
+def test_nodes_alike_but_for_attributes_merge_with_the_one_of_equal_attributes():
+    """Three nodes on one input with list attributes: the second and the third are equal
+    (a NaN entry included) and merge, the first differs in one entry of many and stays;
+    attributes are compared only between nodes whose op, inputs and output types agree."""
+    from quanta.ir.graph import Graph, Node, Value
+    from quanta.ir.types import F32, TensorType
+
+    g = Graph()
+    x = g.add_input("x", TensorType(F32, (3, 7)))
+    long = [float(i) / 7 for i in range(3001)]
+    first = [*long[:-1], 5.0, float("nan")]
+    other = [*long, float("nan")]
+    outs = [Value(n, TensorType(F32, (3, 7))) for n in ("a", "b", "c")]
+    for v, vals in zip(outs, (first, other, list(other)), strict=True):
+        g.add_node(Node("Custom", [x], [v], {"vals": vals, "k": 3}, domain="test", name=v.name))
+    s = Value("s", TensorType(F32, (3, 7)))
+    g.add_node(Node("Sum", [*outs], [s], {}, name="sum"))
+    g.set_outputs([s])
+    assert EliminateCommon()(g).modified
+    kept = [n.name for n in g.nodes if n.op_type == "Custom"]
+    assert kept == ["a", "b"]
+    assert [v.name for v in g.nodes[-1].inputs] == ["a", "b", "b"]
