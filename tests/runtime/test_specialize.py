@@ -1246,6 +1246,33 @@ def test_softmax_along_an_axis_followed_by_ones_is_specialized_and_the_generic_k
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize(
+    ("shape", "axis"),
+    [((8, 27, 16), 1), ((2, 3, 7, 17), -3), ((3, 259, 5), 1), ((2, 17, 3, 7), 2), ((7, 3, 1, 2), 0)],
+)
+@pytest.mark.parametrize("inner", [False, True])
+def test_softmax_along_a_middle_axis_is_specialized_and_the_generic_kernel(
+    threads: int, shape: tuple[int, ...], axis: int, inner: bool
+) -> None:
+    """A Softmax along an axis with more than 1s after it (a tagger's classes of [N, C,
+    L], axis 1; rows of 259) runs its rows through the native batched transpose and back,
+    with the bytes of the generic moveaxis path and of the reference; a non-contiguous x
+    (the transpose refuses it) the generic kernel's. ``inner``: a Relu reads the
+    Softmax, whose output is then a planned place of the arena, not a graph output."""
+    nodes = [helper.make_node("Softmax", ["x"], ["s" if inner else "y"], name="softmax", axis=axis)]
+    if inner:
+        nodes.append(helper.make_node("Relu", ["s"], ["y"], name="relu"))
+    g = helper.make_graph(
+        nodes,
+        "softmax_middle",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    assert "softmax" in _specialized_and_generic_equal_the_reference(model, threads, 5, 4.0, shape=shape)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
     ("shape", "attrs"),
     [
         ((1, 7, 2, 17), {"kernel_shape": [2, 1], "strides": [2, 1]}),  # a selector's height pool
