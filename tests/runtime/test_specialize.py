@@ -1246,6 +1246,87 @@ def test_softmax_along_an_axis_followed_by_ones_is_specialized_and_the_generic_k
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize(
+    ("shape", "axis"),
+    [((8, 27, 16), 1), ((2, 3, 7, 17), -3), ((3, 259, 5), 1), ((2, 17, 3, 7), 2), ((7, 3, 1, 2), 0)],
+)
+@pytest.mark.parametrize("inner", [False, True])
+def test_softmax_along_a_middle_axis_is_specialized_and_the_generic_kernel(
+    threads: int, shape: tuple[int, ...], axis: int, inner: bool
+) -> None:
+    """A Softmax along an axis with more than 1s after it (a tagger's classes of [N, C,
+    L], axis 1; rows of 259) runs its rows through the native batched transpose and back,
+    with the bytes of the generic moveaxis path and of the reference; a non-contiguous x
+    (the transpose refuses it) the generic kernel's. ``inner``: a Relu reads the
+    Softmax, whose output is then a planned place of the arena, not a graph output."""
+    nodes = [helper.make_node("Softmax", ["x"], ["s" if inner else "y"], name="softmax", axis=axis)]
+    if inner:
+        nodes.append(helper.make_node("Relu", ["s"], ["y"], name="relu"))
+    g = helper.make_graph(
+        nodes,
+        "softmax_middle",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    assert "softmax" in _specialized_and_generic_equal_the_reference(model, threads, 5, 4.0, shape=shape)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize(
+    ("shape", "attrs"),
+    [
+        ((1, 2, 8, 64), {"kernel_shape": [2, 1], "strides": [2, 1], "channels_last": 1}),  # svtr_selector's
+        ((2, 9, 7, 3), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "channels_last": 1}),
+        (
+            (2, 3, 9, 7),
+            {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+        ),
+        ((1, 17, 259), {"kernel_shape": [5], "strides": [3], "pads": [2, 1], "ceil_mode": 1}),
+        ((1, 259, 17), {"kernel_shape": [5], "strides": [3], "channels_last": 1}),
+    ],
+)
+def test_qlinear_average_pool_specialized_is_the_generic_kernel(threads: int, dtype, shape, attrs) -> None:
+    """com.microsoft QLinearAveragePool with constant scales and zero points takes the
+    specialized call (geometry and scalars once; channels_last through the native batched
+    transpose), with the reference's bytes on every code of x, 1-D and 2-D, NCHW and
+    channels_last, and a non-contiguous x the generic call's."""
+    info = np.iinfo(dtype)
+    zx, zy = (3, -5) if dtype == np.int8 else (131, 7)
+    inits = [
+        numpy_helper.from_array(np.array(0.037, np.float32), "sx"),
+        numpy_helper.from_array(np.array(zx, dtype), "zx"),
+        numpy_helper.from_array(np.array(0.029, np.float32), "sy"),
+        numpy_helper.from_array(np.array(zy, dtype), "zy"),
+    ]
+    g = helper.make_graph(
+        [
+            helper.make_node(
+                "QLinearAveragePool",
+                ["x", "sx", "zx", "sy", "zy"],
+                ["y"],
+                name="pool",
+                domain="com.microsoft",
+                **attrs,
+            )
+        ],
+        "qpool",
+        [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), list(shape))],
+        [helper.make_tensor_value_info("y", helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), None)],
+        inits,
+    )
+    model = helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
+    assert info.min < zx < info.max
+    names = _specialized_and_generic_equal_the_reference(
+        model, threads, 11, shape=shape, draw=_codes_of(dtype)
+    )
+    assert "pool" in names
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
     ("shape", "attrs"),
     [
         ((1, 7, 2, 17), {"kernel_shape": [2, 1], "strides": [2, 1]}),  # a selector's height pool

@@ -1201,6 +1201,87 @@ def _qlinear_average_pool_native(
     return out
 
 
+def _qlinear_average_pool_specialized(
+    sig: Specialization,
+    *,
+    prepared: Any,
+    kernel_shape: list[int] | None = None,
+    auto_pad: str = "NOTSET",
+    ceil_mode: int = 0,
+    channels_last: int = 0,
+    count_include_pad: int = 0,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> Callable[..., Any] | None:
+    """QLinearAveragePool with constant parameters, for one x shape: ORT's geometry and
+    the scalars once, and for channels_last the generic call's axis moves as the native
+    batched transpose (NHWC -> NCHW, the pool, NCHW -> NHWC: the same bytes in the same
+    places as ``moveaxis`` + copy). A selector's pool over 1 KiB spent its step in the
+    generic call's NumPy work (svtr_selector: ~50-160 us a run). The global case (kernel
+    = input, no pads) stays on the generic call, which switches to the global kernel."""
+    shape, dt = sig.shapes[0], sig.dtypes[0]
+    if (
+        shape is None
+        or len(shape) not in (3, 4)
+        or dt not in _EIGHT_BIT
+        or kernel_shape is None
+        or any(c is None for c in sig.consts[1:5])
+    ):
+        return None
+    cl = bool(channels_last)
+    n, c = shape[0], shape[-1] if cl else shape[1]
+    in_spatial = tuple(shape[1:-1] if cl else shape[2:])
+    n_sp = len(in_spatial)
+    kernel = [int(k) for k in kernel_shape]
+    st = [int(v) for v in strides] if strides else [1] * n_sp
+    pd = [int(v) for v in pads] if pads else [0] * (2 * n_sp)
+    if len(kernel) != n_sp or len(st) != n_sp or len(pd) != 2 * n_sp or min(st + kernel) < 1:
+        return None
+    pd, out_spatial = _ort_pool_geometry(in_spatial, kernel, st, pd, auto_pad, bool(ceil_mode))
+    if any(v < 0 for v in pd) or (list(in_spatial) == kernel and not any(pd)):
+        return None
+    try:
+        sx, sy = float(_f32_scalar(sig.consts[1])), float(_f32_scalar(sig.consts[3]))
+        zx, zy = _zp_scalar(sig.consts[2], dt), _zp_scalar(sig.consts[4], dt)
+    except _Unsupported:
+        return None
+    geometry = (_pair(kernel, 1), _pair(st, 1), _pair(pd[:n_sp], 0), _pair(out_spatial, 1))
+    pool, transpose = _native().qlinear_average_pool_2d, _native().transpose_batched
+    threads, out, include = step_threads(sig, math.prod(shape)), sig.out, bool(count_include_pad)
+    nchw, s_in, s_out = (n, c, *in_spatial), math.prod(in_spatial), math.prod(out_spatial)
+    out_nchw = (n, c, *out_spatial)
+    generic_attrs = {
+        "prepared": prepared,
+        "kernel_shape": kernel_shape,
+        "auto_pad": auto_pad,
+        "ceil_mode": ceil_mode,
+        "channels_last": channels_last,
+        "count_include_pad": count_include_pad,
+        "pads": pads,
+        "strides": strides,
+    }
+    if not cl:
+
+        def call(x: np.ndarray, *rest: Any) -> np.ndarray:
+            y4 = pool(
+                _as_2d(x), *geometry, sx, zx, sy, zy, include, threads, None if out is None else _as_2d(out)
+            )
+            return out if out is not None else y4.reshape(out_nchw)
+
+    else:
+        out_nhwc = (n, *out_spatial, c)
+
+        def call(x: np.ndarray, *rest: Any) -> np.ndarray:
+            xc = np.empty(nchw, dt)
+            transpose(x, n, s_in, c, threads, xc)  # [N, S, C] -> [N, C, S]
+            y4 = pool(_as_2d(xc), *geometry, sx, zx, sy, zy, include, threads, None)
+            y = out if out is not None else np.empty(out_nhwc, dt)
+            transpose(y4, n, c, s_out, threads, y)  # [N, C, S'] -> [N, S', C]
+            return y
+
+    return guarded(call, _qlinear_average_pool_native, generic_attrs, out, reads=1)
+
+
 @register_binder("QLinearAveragePool", MS_DOMAIN)
 def bind_qlinear_average_pool(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """uint8/int8, per-tensor parameters, 1-D or 2-D windows (NCHW or channels_last)."""
@@ -1215,7 +1296,11 @@ def bind_qlinear_average_pool(model: Model, node: Node) -> tuple[Kernel | None, 
         return None, f"{op} without kernel_shape (the twin raises)"
     if len(kernel_shape) not in (1, 2):
         return None, f"native {op} takes 1-D and 2-D windows, got {len(kernel_shape)}-D"
-    return _kernel(_qlinear_average_pool_native, f"qlinear_average_pool_2d_{_name_suffix(x)}")
+    return _kernel(
+        _qlinear_average_pool_native,
+        f"qlinear_average_pool_2d_{_name_suffix(x)}",
+        specialize=_qlinear_average_pool_specialized,
+    )
 
 
 def _float32(x: Any) -> np.ndarray:

@@ -247,9 +247,26 @@ def _softmax_specialized(sig: Specialization, *, axis: int | None = None) -> Any
 
         return guarded(coerced, _softmax_native, {"axis": axis}, out, reads=1, recordable=True)
     a = ax % len(shape)
+    if a != len(shape) - 1 and math.prod(shape[a + 1 :]) != 1:
+        # an axis with more after it (a tagger's per-position Softmax over the classes of
+        # [N, C, L], axis 1): the generic path's rows, made by the native batched
+        # transpose [outer, C, inner] -> [outer, inner, C] instead of NumPy's moveaxis and
+        # copies (slovorez: 93 -> ~10 us a run), the same row kernel, and transposed back
+        # into the planned output; (S1)-(S5) see each row as the generic path does, so
+        # the bytes are its bytes. A non-contiguous x: the binding refuses, the generic
+        # kernel runs.
+        outer, c, inner = math.prod(shape[:a]), shape[a], math.prod(shape[a + 1 :])
+        transpose = _native().transpose_batched
+
+        def middle(x: np.ndarray, *rest: Any) -> np.ndarray:
+            moved = np.empty((outer, inner, c), F32)
+            transpose(x, outer, c, inner, threads, moved)
+            y = out if out is not None else np.empty(shape, F32)
+            transpose(softmax(moved, threads), outer, inner, c, threads, y)
+            return y
+
+        return guarded(middle, _softmax_native, {"axis": axis}, out, reads=1)
     if a != len(shape) - 1:
-        if math.prod(shape[a + 1 :]) != 1:
-            return None
         # only 1s after the axis (a decoder's attention weights [1, T, 1] along T): the
         # axis's elements are contiguous rows as they lie, the rows moveaxis would make
         rows = (math.prod(shape[:a]), shape[a])
