@@ -108,6 +108,36 @@ constexpr int32_t kMantTop = 0x400000;                           // M's mantissa
   "vfmadd231ps " #r "*4(%[ea])%{1to16%}, %%zmm" #r2 ", %%zmm" #f2 "\n\t"
 // clang-format on
 
+// One half tile's blocks (the two asm forms differ in their rescale step, SCALE).
+// clang-format off
+#define MXH_HALF(SCALE)                                                                                                \
+    __asm__ volatile(                                                                                                  \
+        "vpbroadcastd %k[cm], %%zmm28\n\t"                                                                             \
+        "vpbroadcastd %k[ch], %%zmm29\n\t"                                                                             \
+        MXH_ZERO(12) MXH_ZERO(13) MXH_ZERO(14) MXH_ZERO(15) MXH_ZERO(16) MXH_ZERO(17)                                  \
+        MXH_ZERO(18) MXH_ZERO(19) MXH_ZERO(20) MXH_ZERO(21) MXH_ZERO(22) MXH_ZERO(23)                                  \
+        "1:\n\t"                                                                                                       \
+        MXH_INIT(0, 6) MXH_INIT(1, 7) MXH_INIT(2, 8) MXH_INIT(3, 9) MXH_INIT(4, 10) MXH_INIT(5, 11)                    \
+        MXH_GROUP(0) MXH_GROUP(1) MXH_GROUP(2) MXH_GROUP(3)                                                            \
+        MXH_GROUP(4) MXH_GROUP(5) MXH_GROUP(6) MXH_GROUP(7)                                                            \
+        MXH_OFFSET(30, 0) MXH_OFFSET(31, 64)                                                                           \
+        SCALE(0, 6, 12, 18) SCALE(1, 7, 13, 19) SCALE(2, 8, 14, 20)                                                    \
+        SCALE(3, 9, 15, 21) SCALE(4, 10, 16, 22) SCALE(5, 11, 17, 23)                                                  \
+        "add $384, %[a]\n\t"                                                                                           \
+        "add $1024, %[w]\n\t"                                                                                          \
+        "add $128, %[sd]\n\t"                                                                                          \
+        "add $48, %[ea]\n\t"                                                                                           \
+        "dec %[n]\n\t"                                                                                                 \
+        "jnz 1b\n\t"                                                                                                   \
+        MXH_STORE(12, 18, 0) MXH_STORE(13, 19, 1) MXH_STORE(14, 20, 2)                                                 \
+        MXH_STORE(15, 21, 3) MXH_STORE(16, 22, 4) MXH_STORE(17, 23, 5)                                                 \
+        : [a] "+r"(ak), [w] "+r"(w), [sd] "+r"(sd), [ea] "+r"(ea), [n] "+r"(blocks)                                    \
+        : [acc] "r"(ah), [cm] "r"(kExpMask), [ch] "r"(kMantTop)                                                        \
+        : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",     \
+          "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22",  \
+          "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31")
+// clang-format on
+
 // Every block of a full 12-row tile, block of 32 (kb = 32), fast path; the float sums
 // are written to acc (row r at acc + 32·r). FMA: the rescale as MXH_SCALE_FMA (ea: sf).
 template <bool FMA>
@@ -124,62 +154,10 @@ void tile12_fast(const PackedMxA& a, const PackedMx& b, int64_t t, int64_t p, fl
     float* ah = acc + 6 * 32 * h;
     int64_t blocks = nb;
     if constexpr (FMA) {
-      // clang-format off
-      __asm__ volatile(
-          "vpbroadcastd %k[cm], %%zmm28\n\t"
-          "vpbroadcastd %k[ch], %%zmm29\n\t"
-          MXH_ZERO(12) MXH_ZERO(13) MXH_ZERO(14) MXH_ZERO(15) MXH_ZERO(16) MXH_ZERO(17)
-          MXH_ZERO(18) MXH_ZERO(19) MXH_ZERO(20) MXH_ZERO(21) MXH_ZERO(22) MXH_ZERO(23)
-          "1:\n\t"
-          MXH_INIT(0, 6) MXH_INIT(1, 7) MXH_INIT(2, 8) MXH_INIT(3, 9) MXH_INIT(4, 10) MXH_INIT(5, 11)
-          MXH_GROUP(0) MXH_GROUP(1) MXH_GROUP(2) MXH_GROUP(3)
-          MXH_GROUP(4) MXH_GROUP(5) MXH_GROUP(6) MXH_GROUP(7)
-          MXH_OFFSET(30, 0) MXH_OFFSET(31, 64)
-          MXH_SCALE_FMA(0, 6, 12, 18) MXH_SCALE_FMA(1, 7, 13, 19) MXH_SCALE_FMA(2, 8, 14, 20)
-          MXH_SCALE_FMA(3, 9, 15, 21) MXH_SCALE_FMA(4, 10, 16, 22) MXH_SCALE_FMA(5, 11, 17, 23)
-          "add $384, %[a]\n\t"
-          "add $1024, %[w]\n\t"
-          "add $128, %[sd]\n\t"
-          "add $48, %[ea]\n\t"
-          "dec %[n]\n\t"
-          "jnz 1b\n\t"
-          MXH_STORE(12, 18, 0) MXH_STORE(13, 19, 1) MXH_STORE(14, 20, 2)
-          MXH_STORE(15, 21, 3) MXH_STORE(16, 22, 4) MXH_STORE(17, 23, 5)
-          : [a] "+r"(ak), [w] "+r"(w), [sd] "+r"(sd), [ea] "+r"(ea), [n] "+r"(blocks)
-          : [acc] "r"(ah), [cm] "r"(kExpMask), [ch] "r"(kMantTop)
-          : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
-            "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22",
-            "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31");
-      // clang-format on
-      continue;
+      MXH_HALF(MXH_SCALE_FMA);
+    } else {
+      MXH_HALF(MXH_SCALE);
     }
-    // clang-format off
-    __asm__ volatile(
-        "vpbroadcastd %k[cm], %%zmm28\n\t"
-        "vpbroadcastd %k[ch], %%zmm29\n\t"
-        MXH_ZERO(12) MXH_ZERO(13) MXH_ZERO(14) MXH_ZERO(15) MXH_ZERO(16) MXH_ZERO(17)
-        MXH_ZERO(18) MXH_ZERO(19) MXH_ZERO(20) MXH_ZERO(21) MXH_ZERO(22) MXH_ZERO(23)
-        "1:\n\t"
-        MXH_INIT(0, 6) MXH_INIT(1, 7) MXH_INIT(2, 8) MXH_INIT(3, 9) MXH_INIT(4, 10) MXH_INIT(5, 11)
-        MXH_GROUP(0) MXH_GROUP(1) MXH_GROUP(2) MXH_GROUP(3)
-        MXH_GROUP(4) MXH_GROUP(5) MXH_GROUP(6) MXH_GROUP(7)
-        MXH_OFFSET(30, 0) MXH_OFFSET(31, 64)
-        MXH_SCALE(0, 6, 12, 18) MXH_SCALE(1, 7, 13, 19) MXH_SCALE(2, 8, 14, 20)
-        MXH_SCALE(3, 9, 15, 21) MXH_SCALE(4, 10, 16, 22) MXH_SCALE(5, 11, 17, 23)
-        "add $384, %[a]\n\t"
-        "add $1024, %[w]\n\t"
-        "add $128, %[sd]\n\t"
-        "add $48, %[ea]\n\t"
-        "dec %[n]\n\t"
-        "jnz 1b\n\t"
-        MXH_STORE(12, 18, 0) MXH_STORE(13, 19, 1) MXH_STORE(14, 20, 2)
-        MXH_STORE(15, 21, 3) MXH_STORE(16, 22, 4) MXH_STORE(17, 23, 5)
-        : [a] "+r"(ak), [w] "+r"(w), [sd] "+r"(sd), [ea] "+r"(ea), [n] "+r"(blocks)
-        : [acc] "r"(ah), [cm] "r"(kExpMask), [ch] "r"(kMantTop)
-        : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
-          "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22",
-          "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31");
-    // clang-format on
   }
 }
 

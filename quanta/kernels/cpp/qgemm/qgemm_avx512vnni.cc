@@ -38,10 +38,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 
 #include "qgemm/fold.h"
 #include "qgemm/kernel.h"
+#include "qgemm/tune.h"
 #include "simd.h"
 
 namespace quanta {
@@ -902,21 +902,13 @@ void qgemm_tiles_avx512vnni(const TileArgs& t) {
 // processes on 2 cores it read 40 % of the best batch's rate), and so does a batch that
 // the scheduler cuts. The register-only loop loses nothing else to other processes, and
 // the GEMMs it is compared with are timed the same way (benchmarks/kernels.py --cpu-time).
-namespace {
-double thread_seconds() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-}  // namespace
-
 double vnni_peak_probe_avx512vnni(double seconds) {
   using clock = std::chrono::steady_clock;
   constexpr long kBatch = 1 << 20;
   const auto t0 = clock::now();
   double best = 0.0;
   do {
-    const double b0 = thread_seconds();
+    const double b0 = thread_cpu_seconds();
     long n = kBatch;
     // clang-format off
     __asm__ volatile(
@@ -933,7 +925,7 @@ double vnni_peak_probe_avx512vnni(double seconds) {
         : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
           "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm30", "xmm31");
     // clang-format on
-    const double dt = std::max(1e-9, thread_seconds() - b0);
+    const double dt = std::max(1e-9, thread_cpu_seconds() - b0);
     best = std::max(best, kBatch * 20.0 * 64.0 * 2.0 / dt / 1e9);
   } while (std::chrono::duration<double>(clock::now() - t0).count() < seconds);
   return best;

@@ -10,23 +10,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <limits>
 #include <random>
 #include <stdexcept>
 
 namespace quanta {
 namespace qgemm {
-namespace {
-
-double thread_seconds() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-}  // namespace
-
 std::vector<double> time_blockings(Isa isa, int64_t M, int64_t N, int64_t K, int threads,
                                    const std::vector<Blocking>& candidates, double seconds) {
   if (M < 1 || N < 1 || K < 1) throw std::invalid_argument("time_blockings: M, N and K must be >= 1");
@@ -54,7 +43,7 @@ std::vector<double> time_blockings(Isa isa, int64_t M, int64_t N, int64_t K, int
   using clock = std::chrono::steady_clock;
   const bool cpu_time = p.num_threads == 1;
   auto seconds_now = [&] {
-    return cpu_time ? thread_seconds() : std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+    return cpu_time ? thread_cpu_seconds() : std::chrono::duration<double>(clock::now().time_since_epoch()).count();
   };
   auto run = [&](const Blocking& b) {
     p.blocking = b;
