@@ -186,9 +186,10 @@ def test_conv_bn_hardswish_composed_and_recorded_gives_the_unfused_bytes(
         assert got.tobytes() == loop.run(None, x)[0].tobytes()
         assert got.tobytes() == plain.run(None, x)[0].tobytes() == ref.run(None, x)[0].tobytes()
     (bound,) = sess.executor.bound_runs().values()
-    # the conv, the BN map and the table run from a program (the Q of the feed and the DQ
-    # into the graph output stay in the Python loop)
-    assert bound.program_steps == (3, 5)
+    # the Q of the feed (small: staged into the bound signature's buffer), the conv, the
+    # BN map and the table run from a program; the DQ into the graph output stays in the
+    # Python loop
+    assert bound.program_steps == (4, 5)
 
 
 def test_unfused_steps_are_recorded_too():
@@ -206,7 +207,8 @@ def test_unfused_steps_are_recorded_too():
     for _ in range(2):
         assert sess.run(None, x)[0].tobytes() == loop.run(None, x)[0].tobytes()
     (bound,) = sess.executor.bound_runs().values()
-    assert bound.program_steps == (5, 8)  # conv, BN, x + 3, the product, / 6; two Q and a DQ stay
+    # the two Qs of the (staged) feeds, conv, BN, x + 3, the product, / 6; the DQ stays
+    assert bound.program_steps == (7, 8)
 
 
 def test_a_group_value_read_outside_the_group_is_not_composed():
@@ -284,4 +286,4 @@ def test_matmul16_steps_run_from_a_program_with_the_bytes_of_the_loop(isa, threa
         got = sess.run(None, x)[0]
         assert got.tobytes() == loop.run(None, x)[0].tobytes() == ref.run(None, x)[0].tobytes()
     (bound,) = sess.executor.bound_runs().values()
-    assert bound.program_steps == (2, 4)
+    assert bound.program_steps == (3, 4)  # the staged feed's Q and the two products; the DQ stays
