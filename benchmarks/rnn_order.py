@@ -8,7 +8,10 @@ shapes are the zoo's recurrent layers (oskut_ws, madmom's beat tracker, pyfrspel
 encoder, nsnet2, Resemblyzer); each line also says whether the ORT-order output is ORT's
 bytes.
 
-    python benchmarks/rnn_order.py --threads 1 [--cases 0,3]
+    python benchmarks/rnn_order.py --threads 1 [--cases 0,3] [--isa avx2]
+
+``--isa`` sets quanta's kernel ISA (``_native.set_isa``) before the sessions bind: the
+AVX2 kernels on an AVX-512 host, to compare the two paths on the same machine.
 """
 
 from __future__ import annotations
@@ -95,7 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", help="comma-separated indices into CASES (default: all)")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--isa", help="quanta's kernel ISA (e.g. avx2); default: the host's best")
     a = ap.parse_args(argv)
+    if a.isa:
+        from quanta.kernels import _native
+
+        _native.set_isa(a.isa)
     picked = [int(c) for c in a.cases.split(",")] if a.cases else range(len(CASES))
     for i in picked:
         print(run(CASES[i], a.threads, a.rounds, a.reps), flush=True)
