@@ -81,8 +81,14 @@ def model_path(name: str) -> str:
     return str(models / spec.name / Path(spec.member).name if spec else models / f"{name}.onnx")
 
 
+#: quanta's SessionOptions.float_functions for every session (--float-functions): "onnx"
+#: keeps the (RNN1) float LSTM / GRU order the default "auto" replaces (docs/float-ops.md
+#: (RO1)), a before / after of that order in one build
+FLOAT_FUNCTIONS = "auto"
+
+
 def sessions(path: str, threads: int, profile: bool = False) -> dict[str, object]:
-    qo = quanta.SessionOptions()
+    qo = quanta.SessionOptions(float_functions=FLOAT_FUNCTIONS)
     qo.intra_op_num_threads = threads
     o = ort.SessionOptions()
     o.intra_op_num_threads = threads
@@ -200,7 +206,15 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated optimize_float pass names left out (e.g. fold_conv_affine,fuse_float_gate): "
         "a before / after of graph rewrites in one build",
     )
+    ap.add_argument(
+        "--float-functions",
+        default="auto",
+        choices=("auto", "onnx", "ort"),
+        help="quanta's SessionOptions.float_functions ('onnx': ONNX's functions and the (RNN1) LSTM / GRU order)",
+    )
     a = ap.parse_args(argv)
+    global FLOAT_FUNCTIONS
+    FLOAT_FUNCTIONS = a.float_functions
     if a.without:
         drop_passes(a.without.split(","))
     # 'all': the zoo's FP32 files; the files shipped quantized (names ending in int8) run

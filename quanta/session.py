@@ -99,7 +99,10 @@ class SessionOptions:
     #: orders at this session's thread count ("ort": all; "auto": AUTO_FLOAT_ORDERS): the
     #: QDQ Conv groups ORT leaves float in MLAS's float Conv order, float MatMuls in its
     #: SGEMM's, average pools in MlasPool's (bit-identical to ORT; a float Conv costs about
-    #: twice quanta's exact integer one, as it does in ORT).
+    #: twice quanta's exact integer one, as it does in ORT). "auto" runs every file's float
+    #: LSTM and GRU in ORT's order (OrtLSTM, OrtGRU: fused multiply-add chains, exact to
+    #: their twins and ORT's bytes, faster than ONNX's multiply-then-add order, which
+    #: "onnx" keeps; docs/float-ops.md (RO1)).
     #: docs/float-ops.md, "ONNX Runtime's functions", (QC1)-(QC4), (QM1), "ONNX Runtime's
     #: float convolution" and "Which of ORT's float orders "auto" takes".
     float_functions: str = "auto"
@@ -315,6 +318,19 @@ class InferenceSession:
                     OrtIntegerResize(),
                 ]
             ).run(model)
+        elif self._options.float_functions == "auto" and any(
+            n.op_type in ("LSTM", "GRU") and n.domain in ("", "ai.onnx") for n in model.graph.nodes
+        ):
+            # ONNX Runtime's float LSTM / GRU order (RNN-ORT) on every file: exact (its
+            # twin, ORT's bytes) and faster than (RNN1)'s multiply-then-add, which
+            # float_functions="onnx" keeps (docs/float-ops.md (RO1)); on every level. Not
+            # verified here: a graph that only the compiler's folding makes well formed (an
+            # integer constant two DequantizeLinears read) fails the verifier before it, and
+            # the compiler's pipeline verifies after its own passes when verification is on.
+            from quanta.passes.manager import PassManager
+            from quanta.passes.rules.ort_float_functions import OrtRecurrentOrder
+
+            PassManager([OrtRecurrentOrder()], verify=False).run(model)
         if self._options.dynamic_weight_only:
             # what the graph computes, not an optimization: on every level and target
             from quanta.passes.lower.weight_only_matmul import DynamicWeightMatMuls

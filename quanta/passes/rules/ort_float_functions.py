@@ -47,7 +47,9 @@ with ONNX's sigmoid and bit-identical with ORT's. The replacement is exact again
 (its twins, :mod:`quanta.kernels.reference.ort_float`, are MLAS's kernels operation by
 operation), not against ONNX: the session runs this pass only when asked
 (``SessionOptions.float_functions = "ort"``, or ``"auto"`` on a file ORT's quantizer
-wrote), never inside quantization.
+wrote), never inside quantization. Under ``"auto"`` on any other file the session runs
+``OrtRecurrentOrder`` (the LSTM and GRU rules alone: ORT's recurrent order is exact and
+faster than ONNX's multiply-then-add, docs/float-ops.md (RO1)).
 
 LSTM: ONNX Runtime's float LSTM forms its products with MLAS's float GEMM (fused
 multiply-add chains, blocks of 256 k) and its gates with MLAS's logistic and tanh, where
@@ -698,7 +700,11 @@ class LstmToOrtLstm(Rule):
             self.target,
             list(node.inputs),
             dict(node.attrs),
-            types=[result_type(shape_from=o, elem_from=o) for o in node.outputs],
+            # an output the file omits (the importer's private name) has no type: the op's
+            # outputs are f32, as check() found its inputs
+            types=[
+                result_type(shape_from=o, elem_from=o if o.type is not None else F32) for o in node.outputs
+            ],
             domain=QUANTA_DOMAIN,
             name=node.name or None,
             out_names=[o.name for o in node.outputs],
@@ -1559,6 +1565,21 @@ class MatMulToMlasMatMul(Rule):
         if out is not m["y"]:
             b.replace(out, node)  # the trailing Mul / Div is then dead
         return node
+
+
+class OrtRecurrentOrder(RewritePass):
+    """LstmToOrtLstm and GruToOrtGru alone: the float LSTM / GRU order a session with
+    ``float_functions="auto"`` takes on every file (docs/float-ops.md (RO1)). ORT's order
+    is exact (twin ``reference/rnn.py`` ``functions="ort"``, bit for bit with ONNX
+    Runtime) and faster than (RNN1): its products are fused multiply-add chains, one
+    vector uop a multiply-add where (RNN1)'s multiply then add takes two (oskut_ws's
+    LSTM, 21 steps x 42 rows, H 192: 0.75 of (RNN1)'s time, one thread)."""
+
+    name = "ort_recurrent_order"
+    rules = (LstmToOrtLstm(), GruToOrtGru())
+
+    def __init__(self) -> None:
+        super().__init__(list(type(self).rules))
 
 
 #: ONNX Runtime's float orders a session may take, each a set of rules that need ORT's

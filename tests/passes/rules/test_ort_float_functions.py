@@ -836,3 +836,90 @@ def test_float_2d_conv_is_left_with_its_reason():
         "x or w does not come from a DequantizeLinear (not a QDQ Conv group), and it is not a float "
         "1-D Conv with a constant float32 weight"
     }
+
+
+def own_rnn_proto(op: str, n_in: int, H: int, direction: str, omit_y: bool):
+    """A file ORT's quantizer did not write (producer "quanta-test"): an LSTM or GRU with
+    bias and sequence lengths (0, 3, T), then a Sigmoid of its last output, which must
+    keep ONNX's function; with omit_y the node's Y is "" (the importer's untyped private
+    name)."""
+    rng = np.random.default_rng(n_in * 31 + H)
+    D = 2 if direction == "bidirectional" else 1
+    G = 4 if op == "LSTM" else 3
+    T, B = 7, 3
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((D, G * H, n_in)) * 0.3).astype(np.float32), "W"),
+        numpy_helper.from_array((rng.standard_normal((D, G * H, H)) * 0.3).astype(np.float32), "R"),
+        numpy_helper.from_array((rng.standard_normal((D, 2 * G * H)) * 0.5).astype(np.float32), "Bias"),
+        numpy_helper.from_array(np.array([0, 3, T], np.int32), "lens"),
+    ]
+    outs = ["" if omit_y else "y", "yh"]
+    node = helper.make_node(
+        op, ["x", "W", "R", "Bias", "lens"], outs, name="rnn", hidden_size=H, direction=direction
+    )
+    sig = helper.make_node("Sigmoid", ["yh"], ["s"], name="sig")
+    outputs = [
+        helper.make_tensor_value_info("yh", TensorProto.FLOAT, [D, B, H]),
+        helper.make_tensor_value_info("s", TensorProto.FLOAT, [D, B, H]),
+    ]
+    if not omit_y:
+        outputs.insert(0, helper.make_tensor_value_info("y", TensorProto.FLOAT, [T, D, B, H]))
+    g = helper.make_graph(
+        [node, sig],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [T, B, n_in])],
+        outputs,
+        inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.producer_name = "quanta-test"
+    return m
+
+
+@pytest.mark.parametrize("backend", ["native", "reference"])
+@pytest.mark.parametrize(
+    ("op", "n_in", "H", "direction", "omit_y"),
+    [
+        ("LSTM", 7, 17, "forward", False),
+        ("LSTM", 300, 3, "bidirectional", True),
+        ("GRU", 17, 7, "reverse", False),
+        ("GRU", 300, 17, "bidirectional", True),
+    ],
+)
+def test_auto_runs_every_files_lstm_and_gru_in_orts_order(backend, op, n_in, H, direction, omit_y):
+    """docs/float-ops.md (RO1): "auto" on any file takes ORT's recurrent order (ORT's bytes)
+    and leaves ONNX's other functions; "onnx" keeps (RNN1)-(RNN9), a few ulp away."""
+    proto = own_rnn_proto(op, n_in, H, direction, omit_y)
+    f = lstm_feeds(proto)
+    ort_out = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)
+    for threads in (1, 2):
+        so = SessionOptions()
+        so.intra_op_num_threads = threads
+        sess = InferenceSession(proto, so, backend=backend)
+        assert [n.op_type for n in sess.model.graph.nodes] == [f"Ort{op}", "Sigmoid"]
+        assert sess.fallbacks == [] or backend == "reference"
+        got = sess.run(None, f)
+        rnn_outputs = got[:-1]
+        for w, g in zip(ort_out[:-1], rnn_outputs, strict=True):
+            assert np.array_equal(w, g)
+    plain_sess = InferenceSession(proto, SessionOptions(float_functions="onnx"), backend=backend)
+    assert [n.op_type for n in plain_sess.model.graph.nodes] == [op, "Sigmoid"]
+    plain = plain_sess.run(None, f)
+    # (RNN1) is not ORT's order in the last bits, and a few ulp from it
+    assert any(not np.array_equal(p, g) for p, g in zip(plain[:-1], got[:-1], strict=True))
+    assert max(float(np.abs(p - g).max()) for p, g in zip(plain, got, strict=True)) < 1e-4
+    # the Sigmoid stays ONNX's (SigmoidToMlasLogistic is not run): quanta's sigmoid of the
+    # ORT-order Y_h, through the "onnx" session's Sigmoid on the same values
+    sig_only = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Sigmoid", ["v"], ["s"])],
+            "s",
+            [helper.make_tensor_value_info("v", TensorProto.FLOAT, list(got[-2].shape))],
+            [helper.make_tensor_value_info("s", TensorProto.FLOAT, list(got[-2].shape))],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    want_s = InferenceSession(sig_only, SessionOptions(float_functions="onnx"), backend=backend).run(
+        None, {"v": got[-2]}
+    )
+    assert np.array_equal(want_s[0], got[-1])
