@@ -197,7 +197,9 @@ def eigen_sum_rows(rows: np.ndarray) -> np.ndarray:
     aligned buffer) in Eigen's order (ER1)-(ER4) (module docstring); shape [R].
 
     >>> v = np.array([[1e8, 1, 1, 1, 1, 1, 1, 1, 1]], np.float32)   # a0 = 0, K = 2
-    >>> float(eigen_sum_rows(v)[0])                                  # (1e8 + 1 + ...) in lanes
+    >>> float(eigen_sum_rows(v)[0])   # lanes (1e8 + 1, 2, 2, 2): (1e8 + 2) + 4 ties to 1e8, + 1
+    100000000.0
+    >>> float(np.sum(v, dtype=np.float64))
     100000008.0
     """
     rows = np.asarray(rows, np.float32)
