@@ -38,7 +38,14 @@ from onnx import TensorProto, numpy_helper
 from quanta.kernels.reference.conv_geometry import is_depthwise
 from quanta.quantize.ort_pairs import pair_excess, pair_partners
 
-__all__ = ["file_note", "onnxruntime_int8_saturates", "saturating_weights", "saturation_note"]
+__all__ = [
+    "file_note",
+    "onnxruntime_int8_saturates",
+    "onnxruntime_softmax_avx512f",
+    "onnxruntime_softmax_modelled",
+    "saturating_weights",
+    "saturation_note",
+]
 
 _X86 = ("x86_64", "amd64", "i386", "i686", "x86")
 
@@ -94,6 +101,39 @@ def onnxruntime_float_orders_modelled(flags: set[str] | None = None, machine: st
     """
     flags = _x86_flags(flags, machine)
     return flags is not None and {"avx2", "fma"} <= flags and "avx512f" not in flags
+
+
+def onnxruntime_softmax_avx512f(flags: set[str] | None = None, machine: str | None = None) -> bool:
+    """True when ONNX Runtime's float Softmax on this CPU runs MLAS's AVX-512F sum-exp kernel
+    (``MlasComputeSumExpF32KernelAvx512F``: docs/float-ops.md (SX1), (SX2)): MLAS's
+    platform table takes it on x86 with AVX2, FMA and AVX-512F (the flag Linux shows only
+    where the OS saves the AVX-512 state). False elsewhere and where the flags cannot be read.
+
+    >>> onnxruntime_softmax_avx512f({"avx2", "fma", "avx512f"}, "x86_64")
+    True
+    >>> onnxruntime_softmax_avx512f({"avx2", "fma"}, "x86_64")
+    False
+    >>> onnxruntime_softmax_avx512f({"avx512f"}, "x86_64")
+    False
+    >>> onnxruntime_softmax_avx512f({"asimd"}, "aarch64")
+    False
+    """
+    flags = _x86_flags(flags, machine)
+    return flags is not None and {"avx2", "fma", "avx512f"} <= flags
+
+
+def onnxruntime_softmax_modelled(flags: set[str] | None = None, machine: str | None = None) -> bool:
+    """True when reference/ort_float.mlas_softmax_rows is ONNX Runtime's float Softmax on
+    this CPU bit for bit: x86 with AVX2 and FMA, where MLAS runs its FMA3 sum-exp kernel
+    or, with AVX-512F, its AVX-512F one (:func:`onnxruntime_softmax_avx512f`).
+
+    >>> onnxruntime_softmax_modelled({"avx2", "fma", "avx512f"}, "x86_64")
+    True
+    >>> onnxruntime_softmax_modelled({"avx", "sse4_1"}, "x86_64")
+    False
+    """
+    flags = _x86_flags(flags, machine)
+    return flags is not None and {"avx2", "fma"} <= flags
 
 
 def saturation_note(n_weights: int) -> str:

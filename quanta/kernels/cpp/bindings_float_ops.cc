@@ -19,8 +19,10 @@
 //                                                                    x · sigmoid(x), (LN1)-(LN6),
 //                                                                    (CS1)-(CS6) ("cos"), (SN1) ("sin")
 //   elu_f32(x: f32, alpha: float, num_threads=1, out=None)           (EL), alpha rounded to float32
-//   mlas_softmax_f32(x: f32, rank >= 1, num_threads=1, out=None)     ORT's MLAS softmax along the
-//                                                                    last axis, (SM1)-(SM5)
+//   mlas_softmax_f32(x: f32, rank >= 1, num_threads=1, out=None,     ORT's MLAS softmax along the
+//                    avx512f=-1)                                     last axis, (SM1)-(SM5); its
+//                                                                    AVX-512F host's (SX1)-(SX2)
+//                                                                    when avx512f (-1: this host)
 //   ort_layer_norm_f32(x: f32, scale: f32, bias: f32 | None, axis, epsilon, kernel:
 //                      "layer_norm" | "simplified" | "skip", num_threads=1, out=None)
 //                                                                    ORT's LayerNorm kernels, (OL1)-(OL9)
@@ -109,15 +111,17 @@ py::object layer_norm_f32(const py::handle& x_obj, const py::handle& scale_obj, 
   return py::make_tuple(y, mean, inv_std);
 }
 
-py::array mlas_softmax_f32(const py::handle& x_obj, int num_threads, const py::object& out_obj) {
+py::array mlas_softmax_f32(const py::handle& x_obj, int num_threads, const py::object& out_obj, int avx512f) {
   auto x = require_array<float>(x_obj, "mlas_softmax_f32: x");
   check_threads(num_threads, "mlas_softmax_f32");
   if (x.ndim() < 1) throw py::value_error("mlas_softmax_f32: x: expected rank >= 1, got a scalar");
   auto y = make_output<float>(out_obj, shape_of(x), "mlas_softmax_f32", {x});
   const int64_t d = x.shape(x.ndim() - 1);
   const int64_t rows = d == 0 ? 0 : x.size() / d;
-  run_or_record(
-      [=]() mutable { float_ops::mlas_softmax(x.data(), y.mutable_data(), rows, d, num_threads, active_isa()); });
+  const bool order = avx512f < 0 ? float_ops::host_runs_ort_avx512f() : avx512f != 0;
+  run_or_record([=]() mutable {
+    float_ops::mlas_softmax(x.data(), y.mutable_data(), rows, d, num_threads, active_isa(), order);
+  });
   return std::move(y);
 }
 
@@ -316,9 +320,10 @@ void register_float_ops(py::module_& m) {
         "stats=True also returns (mean, inv_std) of shape x.shape[:axis] + (1,) * (rank - axis); "
         "divide=True divides by the standard deviation, eqs. (L4'), (L5') (quanta::LayerNormDiv); "
         "rms=True does not subtract a mean, eq. (L1r) (quanta::RMSNormDiv).");
-  m.def("mlas_softmax_f32", &mlas_softmax_f32, arg("x"), arg("num_threads") = 1, arg("out") = none,
-        "Softmax along the last axis of float32 x as ONNX Runtime's MLAS computes it on an AVX2 host, "
-        "eqs. (SM1)-(SM5) of docs/float-ops.md (the twin: reference/ort_float.mlas_softmax_rows).");
+  m.def("mlas_softmax_f32", &mlas_softmax_f32, arg("x"), arg("num_threads") = 1, arg("out") = none, arg("avx512f") = -1,
+        "Softmax along the last axis of float32 x as ONNX Runtime's MLAS computes it, eqs. (SM1)-(SM5) "
+        "of docs/float-ops.md, on an AVX-512F host (SX1) and (SX2): avx512f = 1 that order, 0 the "
+        "AVX2 host's, -1 this host's (the twin: reference/ort_float.mlas_softmax_rows).");
   m.def("ort_layer_norm_f32", &ort_layer_norm_f32, arg("x"), arg("scale"), arg("bias"), arg("axis"), arg("epsilon"),
         arg("kernel"), arg("num_threads") = 1, arg("out") = none,
         "x normalized over axes [axis, rank) as ONNX Runtime 1.32's LayerNormalization (kernel "

@@ -56,8 +56,10 @@ docs/float-ops.md (GP1)-(GP3)::
     (GP2) s = f32(f32(l0 + l2) + f32(l1 + l3)), then s += x[i] for i = 4·(N//4) .. N − 1
     (GP3) y = f32(s / f32(N))
 
-``MlasSoftmax`` is ORT's float32 Softmax on an AVX2 host (``MlasComputeSoftmax``: the FMA3
-sum-exp kernel, 8 lanes), ``OrtLayerNorm`` its LayerNormalization (``kernel``
+``MlasSoftmax`` is ORT's float32 Softmax (``MlasComputeSoftmax``: on an AVX2 host the FMA3
+sum-exp kernel, 8 lanes; on an AVX-512F host the AVX-512F one, 16 lanes and vscalefps,
+(SX1) and (SX2), chosen by the host as quanta.quantize.ort_saturation
+.onnxruntime_softmax_avx512f says), ``OrtLayerNorm`` its LayerNormalization (``kernel``
 "layer_norm"), SimplifiedLayerNormalization ("simplified") and SkipLayerNormalization
 ("skip") kernels of ORT 1.32, ``OrtFastGelu`` its com.microsoft FastGelu; the equations
 (SM1)-(SM5), (OL1)-(OL9) and (FG1) are docs/float-ops.md's ("ONNX Runtime's Softmax,
@@ -66,6 +68,7 @@ LayerNorm family and FastGelu"), each confirmed bit for bit against onnxruntime 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -325,11 +328,12 @@ def mlas_global_average_pool_op(ctx: OpContext, x: np.ndarray) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------
-# Softmax: MLAS's MlasComputeSoftmax on an AVX2 host (SM1)-(SM5)
+# Softmax: MLAS's MlasComputeSoftmax, AVX2 and AVX-512F hosts (SM1)-(SM5), (SX1), (SX2)
 # --------------------------------------------------------------------------------------
 
 #: MlasExpConstants (compute.cpp) as MlasComputeSumExpF32KernelFma3 reads them
 MLAS_EXP_LOWER = np.float32(-88.3762626647949)  # LowerRangeSumExp
+MLAS_EXP_LOWER_AVX512F = np.float32(-103.9720840454)  # LowerRange: the AVX-512F kernel's clamp
 MLAS_EXP_BIAS = np.float32(12582912.0)  # RoundingBias, 1.5 · 2^23
 MLAS_EXP_LOG2E = np.float32(1.44269504088896341)  # Log2Reciprocal
 MLAS_EXP_LN2_HI = np.float32(-6.93145752e-1)  # Log2High
@@ -347,18 +351,24 @@ MLAS_EXP_POLY = tuple(
 )
 #: floats in one of MlasComputeSumExpF32KernelFma3's ymm accumulators
 MLAS_SOFTMAX_LANES = 8
+#: floats in MlasComputeSumExpF32KernelAvx512F's zmm accumulator
+MLAS_SOFTMAX_LANES_AVX512F = 16
 
 
-def mlas_sum_exp(v: np.ndarray) -> np.ndarray:
+def mlas_sum_exp(v: np.ndarray, avx512f: bool = False) -> np.ndarray:
     """(SM2): MLAS's exp of v = x − max (``MlasComputeSumExpF32KernelFma3``, element by
     element; every step one float32 operation, ``fma`` one rounding)::
 
         t = max(−88.376, v);  b = fma(t, log2(e), 1.5·2^23);  m = b − 1.5·2^23
         r = fma(m, LN2_HI, t);  r = fma(m, LN2_LO, r)
         p = P0;  p = fma(p, r, Pk), k = 1..4;  p = fma(p, r, 1);  p = fma(p, r, 1)
-        y = f32(p · 2^m)   2^m: the bits (bits(b) << 23) + 0x3F800000 (32-bit wrap)"""
+        y = f32(p · 2^m)   2^m: the bits (bits(b) << 23) + 0x3F800000 (32-bit wrap)
+
+    ``avx512f``: (SX1), ``MlasComputeSumExpF32KernelAvx512F``'s same steps from
+    t = max(−103.972, v) (LowerRange) with y = vscalefps(p, m), p · 2^m rounded once (a
+    subnormal result too)."""
     with np.errstate(invalid="ignore"):
-        t = np.maximum(MLAS_EXP_LOWER, np.asarray(v, np.float32))
+        t = np.maximum(MLAS_EXP_LOWER_AVX512F if avx512f else MLAS_EXP_LOWER, np.asarray(v, np.float32))
     b = fma_f32(t, MLAS_EXP_LOG2E, MLAS_EXP_BIAS)
     m = b - MLAS_EXP_BIAS
     r = fma_f32(m, MLAS_EXP_LN2_HI, t)
@@ -368,18 +378,36 @@ def mlas_sum_exp(v: np.ndarray) -> np.ndarray:
         p = fma_f32(p, r, c)
     p = fma_f32(p, r, MLAS_EXP_POLY[5])
     p = fma_f32(p, r, MLAS_EXP_POLY[5])
+    if avx512f:  # m is an integer in [-150, 0] (or NaN): p · 2^m is exact in float64
+        with np.errstate(invalid="ignore"):
+            return (p.astype(np.float64) * np.exp2(m.astype(np.float64))).astype(np.float32)
     scale = ((b.view(np.uint32) << np.uint32(23)) + np.uint32(0x3F800000)).view(np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
         return p * scale
 
 
-def mlas_softmax_rows(rows: np.ndarray) -> np.ndarray:
-    """Softmax of every row of ``rows`` [R, D] (float32) as ORT's MlasComputeSoftmax on an
-    AVX2 host, (SM1)-(SM5) (module docstring); shape [R, D].
+@functools.cache
+def _host_avx512f() -> bool:
+    # imported here: quanta.quantize's package imports the reference kernels
+    from quanta.quantize.ort_saturation import onnxruntime_softmax_avx512f
 
-    >>> mlas_softmax_rows(np.array([[0.0, 1.0, 2.0]], np.float32)).tolist()
+    return onnxruntime_softmax_avx512f()
+
+
+def mlas_softmax_rows(rows: np.ndarray, avx512f: bool | None = None) -> np.ndarray:
+    """Softmax of every row of ``rows`` [R, D] (float32) as ORT's MlasComputeSoftmax,
+    (SM1)-(SM5) (module docstring); shape [R, D]. ``avx512f``: the AVX-512F host's order,
+    (SX1) and (SX2); None: this host's (quanta.quantize.ort_saturation
+    .onnxruntime_softmax_avx512f), as ``_native.mlas_softmax_f32`` chooses.
+
+    >>> mlas_softmax_rows(np.array([[0.0, 1.0, 2.0]], np.float32), avx512f=False).tolist()
     [[0.09003057330846786, 0.2447284758090973, 0.6652409434318542]]
+    >>> x = np.array([[0.0, -95.0]], np.float32)  # e^-95: subnormal, 2^m not a float32
+    >>> [float(mlas_softmax_rows(x, a)[0, 1]) for a in (False, True)]
+    [0.0, 5.521115949439779e-42]
     """
+    if avx512f is None:
+        avx512f = _host_avx512f()
     x = np.asarray(rows, np.float32)
     r, d = x.shape
     if r == 0 or d == 0:
@@ -387,8 +415,8 @@ def mlas_softmax_rows(rows: np.ndarray) -> np.ndarray:
     lowest = np.float32(np.finfo(np.float32).min)
     m = np.fmax(np.nanmax(np.where(np.isnan(x), lowest, x), axis=1), lowest)  # (SM1)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        e = mlas_sum_exp(x + (-m)[:, None])  # (SM2)
-        lanes = MLAS_SOFTMAX_LANES
+        e = mlas_sum_exp(x + (-m)[:, None], avx512f)  # (SM2), (SX1)
+        lanes = MLAS_SOFTMAX_LANES_AVX512F if avx512f else MLAS_SOFTMAX_LANES
         k = d // lanes
         acc = np.zeros((r, lanes), np.float32)
         for g in range(k):  # (SM3) lane j adds e[8g + j] in increasing g
@@ -397,6 +425,8 @@ def mlas_softmax_rows(rows: np.ndarray) -> np.ndarray:
             tail = np.zeros((r, lanes), np.float32)
             tail[:, : d - lanes * k] = e[:, lanes * k :]
             acc = acc + tail
+        if avx512f:  # (SX2): the high 8 lanes onto the low 8, then (SM3)'s tree
+            acc = acc[:, 8:] + acc[:, :8]
         s = ((acc[:, 0] + acc[:, 1]) + (acc[:, 2] + acc[:, 3])) + (
             (acc[:, 4] + acc[:, 5]) + (acc[:, 6] + acc[:, 7])
         )

@@ -26,7 +26,7 @@ from quanta.kernels.reference.ort_float import (
     ort_fast_gelu,
     ort_layer_norm_rows,
 )
-from quanta.quantize.ort_saturation import onnxruntime_float_orders_modelled
+from quanta.quantize.ort_saturation import onnxruntime_softmax_avx512f, onnxruntime_softmax_modelled
 from quanta.session import InferenceSession, SessionOptions
 
 ISAS = list(_native.supported_isas())
@@ -64,11 +64,13 @@ def bits_equal(a, b):
     np.testing.assert_array_equal(np.asarray(a).view(np.uint32), np.asarray(b).view(np.uint32))
 
 
-#: the Softmax twin is MLAS's AVX2 / FMA3 kernel family (max, sum of exps, scale). An
-#: AVX-512F host's ORT runs its AVX-512F kernels: on this suite's rows their subnormal
-#: outputs differ and a long row's sum may differ in its last bit (a row of 1031: every
-#: output within 2 ulps) (docs/float-ops.md (SM1)-(SM5))
-SOFTMAX_TWIN_IS_HOSTS_ORT = onnxruntime_float_orders_modelled()
+#: the Softmax twin is MLAS's FMA3 kernel family on an AVX2 host and its AVX-512F one on an
+#: AVX-512F host ((SX1), (SX2)), chosen by the host; another x86 host (no AVX2 / FMA)
+#: runs MLAS's SSE or AVX kernels, not modelled (docs/float-ops.md (SM1)-(SM5))
+SOFTMAX_TWIN_IS_HOSTS_ORT = onnxruntime_softmax_modelled()
+#: Softmax rows of the differential tests: odd, one zmm (16) and around it, past the 48 of
+#: MLAS's AVX-512F main loop, past 258 and 1024
+SOFTMAX_LENGTHS = [1, 7, 15, 16, 17, 31, 33, 49, 259, 768, 1031]
 
 
 def softmax_equal(got, want):
@@ -146,17 +148,68 @@ def test_native_kernels_are_the_twins_on_every_isa_and_thread_count(n):
         _native.clear_isa()
 
 
+def subnormal_rows(d, seed):
+    """Rows [9, d] spread over ~200 (every third element 60 lower), so that many of the
+    exps fall below the smallest normal float32 and both lower clamps (-88.38 and -103.97)
+    are reached."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((9, d)) * 30 + rng.standard_normal((9, 1)) * 5).astype(F32)
+    x[:, ::3] -= 60
+    return x
+
+
+def subnormals(y):
+    return int(np.count_nonzero((y > 0) & (y < np.finfo(F32).tiny)))
+
+
+@pytest.mark.parametrize("n", SOFTMAX_LENGTHS)
+def test_softmax_twin_is_this_hosts_onnxruntime_with_subnormals(n):
+    """The host's order bit for bit, and the other host's order is not (it differs in the
+    subnormal outputs, where only vscalefps rounds p · 2^m once, and in the lane sum)."""
+    x = subnormal_rows(n, seed=n)
+    sm = helper.make_node("Softmax", ["x"], ["y"], axis=-1)
+    want = ort_run([sm], [("x", x)], [], opset=13)[1]
+    host = mlas_softmax_rows(x)
+    softmax_equal(host, want)
+    bits_equal(host, mlas_softmax_rows(x, onnxruntime_softmax_avx512f()))
+    if n > 1:
+        assert subnormals(want) > 0
+        other = mlas_softmax_rows(x, not onnxruntime_softmax_avx512f())
+        assert np.count_nonzero(other.view(np.uint32) != host.view(np.uint32)) > 0
+
+
+@pytest.mark.parametrize("n", SOFTMAX_LENGTHS)
+def test_native_softmax_is_both_hosts_twin_on_every_isa_and_thread_count(n):
+    """mlas_softmax_f32(avx512f=0 / 1): the AVX2 / AVX-512F host's twin on every ISA (the
+    AVX-512F order in AVX-512 on avx512vnni, in scalar code elsewhere); avx512f=-1 (the
+    default): this host's, as the twin's default."""
+    x = subnormal_rows(n, seed=3 * n + 1)
+    wants = {a: mlas_softmax_rows(x, bool(a)) for a in (0, 1)}
+    host = mlas_softmax_rows(x)
+    try:
+        for isa in ISAS:
+            _native.set_isa(isa)
+            for threads in (1, 2):
+                for a, want in wants.items():
+                    bits_equal(_native.mlas_softmax_f32(x, threads, avx512f=a), want)
+                bits_equal(_native.mlas_softmax_f32(x, threads), host)
+    finally:
+        _native.clear_isa()
+
+
 def test_native_softmax_keeps_nan_and_inf_rows_as_the_twin():
     x = data((6, 19), seed=5)
     x[1, 3] = np.nan
     x[2, :] = -np.inf
     x[3, 7] = np.inf
     x[4, :] = 100.0
-    want = mlas_softmax_rows(x)
     try:
         for isa in ISAS:
             _native.set_isa(isa)
-            np.testing.assert_array_equal(_native.mlas_softmax_f32(x, 1), want)
+            for a in (0, 1):
+                np.testing.assert_array_equal(
+                    _native.mlas_softmax_f32(x, 1, avx512f=a), mlas_softmax_rows(x, bool(a))
+                )
     finally:
         _native.clear_isa()
 

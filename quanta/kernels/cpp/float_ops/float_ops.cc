@@ -91,12 +91,23 @@ void layer_norm(const float* x, float* y, int64_t rows, int64_t d, const float* 
   });
 }
 
-void mlas_softmax(const float* x, float* y, int64_t rows, int64_t d, int num_threads, Isa isa) {
+void mlas_softmax(const float* x, float* y, int64_t rows, int64_t d, int num_threads, Isa isa, bool avx512f_order) {
   if (d <= 0) return;
-  const SoftmaxRowsFn fn = kernels_for(isa).mlas_softmax;
+  const SoftmaxRowsFn fn = avx512f_order ? kernels_for(isa).mlas_softmax_avx512f : kernels_for(isa).mlas_softmax;
   const int64_t grain = std::max<int64_t>(1, kSoftmaxGrain / std::max<int64_t>(d, 1));
   for_ranges(num_threads, rows, grain,
              [&](int64_t begin, int64_t end) { fn(x + begin * d, y + begin * d, end - begin, d); });
+}
+
+bool host_runs_ort_avx512f() {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  // libgcc's probe counts AVX-512F only where the OS saves its state (XCR0), as MLAS does
+  static const bool yes =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("avx512f");
+  return yes;
+#else
+  return false;
+#endif
 }
 
 void ort_layer_norm(const float* x, float* y, int64_t rows, int64_t d, const float* scale, const float* bias,

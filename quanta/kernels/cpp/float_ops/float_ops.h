@@ -106,6 +106,9 @@
 //             (SM3) 8 lanes: lane j adds e_{8g+j} from +0 in increasing g (the last vector
 //             masked: its empty lanes add +0)  s = ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7))
 //             (SM4) r = f32(1 / s)  (SM5) y_i = f32(e_i · r)
+//             On an AVX-512F host ORT's order is (SX1) (the exp's 2^m by vscalefps: one
+//             rounding, subnormals too) and (SX2) (16 lanes, the high half folded onto
+//             the low, then (SM3)'s tree); mlas_softmax takes it when avx512f_order.
 //   ort_layer_norm  ORT 1.32's LayerNormalization family on an AVX2 host (quanta::OrtLayerNorm),
 //             kernel 0 (LayerNormalization), 1 (SimplifiedLayerNormalization), 2 (Skip):
 //             (OL1)-(OL5) kernel 0, d >= 8: mean = f32(S / d), S the float64 sum over 4 lanes
@@ -228,6 +231,9 @@ struct Kernels {
   // each ISA's file after the table is built (AVX-512: the AVX2 rows, ORT's AVX2 host order)
   SoftmaxRowsFn mlas_softmax = nullptr;
   OrtLayerNormRowsFn ort_layer_norm = nullptr;
+  // ORT's Softmax rows on an AVX-512F host, (SX1) and (SX2) (AVX-512 on avx512vnni, the
+  // scalar rows of ort_rows_scalar.h elsewhere)
+  SoftmaxRowsFn mlas_softmax_avx512f = nullptr;
 };
 
 // Each instruction set's table is built on its first use, inside its own file: a table
@@ -255,7 +261,12 @@ void softmax(const float* x, float* y, int64_t rows, int64_t d, int num_threads,
 void layer_norm(const float* x, float* y, int64_t rows, int64_t d, const float* scale, const float* bias, float epsilon,
                 float* mean, float* inv_std, int num_threads, Isa isa, bool divide = false, bool rms = false);
 
-void mlas_softmax(const float* x, float* y, int64_t rows, int64_t d, int num_threads, Isa isa);
+// avx512f_order: ORT's AVX-512F host order (SX1), (SX2), else its AVX2 host's
+void mlas_softmax(const float* x, float* y, int64_t rows, int64_t d, int num_threads, Isa isa, bool avx512f_order);
+
+// Whether this CPU runs ORT's AVX-512F softmax kernels: x86 with AVX2, FMA and AVX-512F
+// usable (MLAS's platform table; quanta.quantize.ort_saturation.onnxruntime_softmax_avx512f)
+bool host_runs_ort_avx512f();
 
 void ort_layer_norm(const float* x, float* y, int64_t rows, int64_t d, const float* scale, const float* bias,
                     float epsilon, OrtNormKernel kernel, int num_threads, Isa isa);

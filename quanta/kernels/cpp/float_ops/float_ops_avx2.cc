@@ -361,6 +361,7 @@ const Kernels& kernels_avx2() {
                                     from_half_run);
     t.mlas_softmax = mlas_softmax_rows;
     t.ort_layer_norm = ort_layer_norm_rows;
+    t.mlas_softmax_avx512f = ort::softmax_rows_avx512f;  // the 16-lane order, one element at a time
     return t;
   }();
   return k;

@@ -14,6 +14,7 @@
 #include "float_ops/float_ops.h"
 #include "float_ops/float_ops_scalar.h"
 #include "float_ops/float_ops_simd.h"
+#include "float_ops/ort_rows_scalar.h"
 #include "recurrent/mlas_simd.h"
 
 namespace quanta {
@@ -222,6 +223,55 @@ void erf_split_run(const float* x, float* y, int64_t n) {
 }
 
 // The ISA's table with the split erf and Gelu runs in place of the template's.
+// (SX1): MLAS's AVX-512F exp (MlasComputeSumExpF32KernelAvx512F), 2^m by vscalefps
+inline __m512 ort_sum_exp16(__m512 v) {
+  const __m512 t = _mm512_max_ps(_mm512_set1_ps(ort::kExpLowerAvx512f), v);  // a NaN v stays NaN
+  const __m512 b = _mm512_fmadd_ps(t, _mm512_set1_ps(ort::kExpLog2e), _mm512_set1_ps(ort::kExpBias));
+  const __m512 m = _mm512_sub_ps(b, _mm512_set1_ps(ort::kExpBias));
+  __m512 r = _mm512_fmadd_ps(m, _mm512_set1_ps(ort::kExpLn2Hi), t);
+  r = _mm512_fmadd_ps(m, _mm512_set1_ps(ort::kExpLn2Lo), r);
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(ort::kExpP0), r, _mm512_set1_ps(ort::kExpP1));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ort::kExpP2));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ort::kExpP3));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ort::kExpP4));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, m);
+}
+
+// ORT's Softmax rows on an AVX-512F host: (SM1), (SX1), (SX2) (one accumulator, the masked
+// last vector adds to its full lanes only), (SM4), (SM5)
+void mlas_softmax_rows_avx512f(const float* x, float* y, int64_t rows, int64_t d) {
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* xr = x + row * d;
+    float* yr = y + row * d;
+    const __m512 lowest = _mm512_set1_ps(std::numeric_limits<float>::lowest());
+    __m512 vm = lowest;
+    for (int64_t i = 0; i < d; i += 16) {  // max(x, m): a NaN x leaves m (SM1)
+      const __mmask16 k = tail_mask(d - i);
+      vm = _mm512_max_ps(_mm512_mask_loadu_ps(lowest, k, xr + i), vm);
+    }
+    alignas(64) float l[16];
+    _mm512_store_ps(l, vm);
+    float m = std::numeric_limits<float>::lowest();
+    for (int j = 0; j < 16; ++j) m = ort::max_skip_nan(m, l[j]);
+    const __m512 vneg = _mm512_set1_ps(-m);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < d; i += 16) {
+      const __mmask16 k = tail_mask(d - i);
+      const __m512 e = ort_sum_exp16(_mm512_add_ps(_mm512_maskz_loadu_ps(k, xr + i), vneg));
+      _mm512_mask_storeu_ps(yr + i, k, e);
+      acc = _mm512_mask_add_ps(acc, k, acc, e);  // (SX2)
+    }
+    _mm512_store_ps(l, acc);
+    const __m512 r = _mm512_set1_ps(1.0f / ort::sum16_folded(l));  // (SM4)
+    for (int64_t i = 0; i < d; i += 16) {                          // (SM5)
+      const __mmask16 k = tail_mask(d - i);
+      _mm512_mask_storeu_ps(yr + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, yr + i), r));
+    }
+  }
+}
+
 Kernels with_split_erf(Kernels k) {
   k.unary[static_cast<int>(UnaryOp::kErf)] = erf_split_run<false>;
   k.unary[static_cast<int>(UnaryOp::kGelu)] = erf_split_run<true>;
@@ -234,9 +284,11 @@ const Kernels& kernels_avx512vnni() {
   static const Kernels k = [] {
     Kernels t = with_split_erf(simd_kernels<F32x16>("avx512vnni", softmax_rows<false>, softmax_rows<true>,
                                                     layer_norm_rows, to_half_run, from_half_run));
-    // ORT's rows keep its AVX2 host's 8-lane order (float_ops.h mlas_softmax, ort_layer_norm)
+    // ORT's AVX2 host rows in its 8-lane order (float_ops.h mlas_softmax, ort_layer_norm);
+    // its AVX-512F host's Softmax rows (SX1)-(SX2) in AVX-512
     t.mlas_softmax = kernels_avx2().mlas_softmax;
     t.ort_layer_norm = kernels_avx2().ort_layer_norm;
+    t.mlas_softmax_avx512f = mlas_softmax_rows_avx512f;
     return t;
   }();
   return k;

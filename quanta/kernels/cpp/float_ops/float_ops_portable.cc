@@ -121,6 +121,7 @@ const Kernels& kernels_portable() {
       from_half_run,
       ort::softmax_rows,
       ort::layer_norm_rows,
+      ort::softmax_rows_avx512f,
   };
   return k;
 }

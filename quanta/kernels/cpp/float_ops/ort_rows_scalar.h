@@ -19,8 +19,9 @@ namespace float_ops {
 namespace ort {
 
 // MlasExpConstants (ORT's compute.cpp) as MlasComputeSumExpF32KernelFma3 reads them
-constexpr float kExpLower = -88.3762626647949f;  // LowerRangeSumExp
-constexpr float kExpBias = 12582912.0f;          // RoundingBias, 1.5 · 2^23
+constexpr float kExpLower = -88.3762626647949f;       // LowerRangeSumExp
+constexpr float kExpLowerAvx512f = -103.9720840454f;  // LowerRange: the AVX-512F sum-exp kernel's clamp
+constexpr float kExpBias = 12582912.0f;               // RoundingBias, 1.5 · 2^23
 constexpr float kExpLog2e = 1.44269504088896341f;
 constexpr float kExpLn2Hi = -6.93145752e-1f;
 constexpr float kExpLn2Lo = -1.42860677e-6f;
@@ -58,11 +59,37 @@ inline float sum_exp_one(float v) {
   return p * scale;
 }
 
+// (SX1): MLAS's AVX-512F exp of v: the steps of sum_exp_one from max(LowerRange, v), then p scaled by 2^m in one
+// rounding (vscalefps), so a subnormal result is p · 2^m rounded once; p · 2^m is exact in
+// double (m an integer in [-150, 0], or NaN with p)
+inline float sum_exp_one_scalef(float v) {
+  const float t = kExpLowerAvx512f > v ? kExpLowerAvx512f : v;
+  const float b = std::fma(t, kExpLog2e, kExpBias);
+  const float m = b - kExpBias;
+  float r = std::fma(m, kExpLn2Hi, t);
+  r = std::fma(m, kExpLn2Lo, r);
+  float p = std::fma(kExpP0, r, kExpP1);
+  p = std::fma(p, r, kExpP2);
+  p = std::fma(p, r, kExpP3);
+  p = std::fma(p, r, kExpP4);
+  p = std::fma(p, r, 1.0f);
+  p = std::fma(p, r, 1.0f);
+  if (m != m) return p * m;  // NaN
+  return static_cast<float>(static_cast<double>(p) * std::ldexp(1.0, static_cast<int>(m)));
+}
+
 // (SM1)'s step: x when x > m, so a NaN x leaves m
 inline float max_skip_nan(float m, float x) { return x > m ? x : m; }
 
 // (SM3)'s lane sum of 8 lanes
 inline float sum8_pairs(const float* l) { return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])); }
+
+// (SX2)'s lane sum of 16 lanes: the high half onto the low, then (SM3)'s tree
+inline float sum16_folded(const float* l) {
+  float h[8];
+  for (int j = 0; j < 8; ++j) h[j] = l[j + 8] + l[j];
+  return sum8_pairs(h);
+}
 
 // (OL3)'s lane sum of 8 lanes
 inline float sum8_halves(const float* q) {
@@ -89,6 +116,25 @@ inline void softmax_rows(const float* x, float* y, int64_t rows, int64_t d) {
       lanes[i % 8] = lanes[i % 8] + yr[i];  // (SM3)
     }
     const float r = 1.0f / sum8_pairs(lanes);    // (SM4)
+    for (int64_t i = 0; i < d; ++i) yr[i] *= r;  // (SM5)
+  }
+}
+
+// (SM1), (SX1), (SX2), (SM4), (SM5): ORT's Softmax on an AVX-512F host, one element at a
+// time in the 16-lane order (a masked last vector adds nothing to its empty lanes)
+inline void softmax_rows_avx512f(const float* x, float* y, int64_t rows, int64_t d) {
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* xr = x + row * d;
+    float* yr = y + row * d;
+    float m = std::numeric_limits<float>::lowest();  // (SM1)
+    for (int64_t i = 0; i < d; ++i) m = max_skip_nan(m, xr[i]);
+    const float neg = -m;
+    float lanes[16] = {};
+    for (int64_t i = 0; i < d; ++i) {
+      yr[i] = sum_exp_one_scalef(xr[i] + neg);  // (SX1)
+      lanes[i % 16] = lanes[i % 16] + yr[i];    // (SX2)
+    }
+    const float r = 1.0f / sum16_folded(lanes);  // (SM4)
     for (int64_t i = 0; i < d; ++i) yr[i] *= r;  // (SM5)
   }
 }
