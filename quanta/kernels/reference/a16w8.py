@@ -77,8 +77,8 @@ def qlinear_matmul16(
     """``a @ b`` (numpy.matmul broadcasting, b of rank >= 2) by eqs. (A1), (A4).
 
     >>> a = np.array([[40000, 20000]], np.uint16); b = np.array([[3], [-2]], np.int8)
-    >>> qlinear_matmul16(a, 1.0, 30000, b, 1.0, 0, 4.0, np.int16(0)).tolist()  # 30000 - 20000
-    [[2500]]
+    >>> qlinear_matmul16(a, 1.0, 30000, b, 1.0, 0, 4.0, np.int16(0)).tolist()  # (10000·3 + 10000·2) / 4
+    [[12500]]
     """
     a = np.asarray(a)
     b = np.asarray(b)
