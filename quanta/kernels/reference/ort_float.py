@@ -58,7 +58,7 @@ docs/float-ops.md (GP1)-(GP3)::
 
 ``MlasSoftmax`` is ORT's float32 Softmax (``MlasComputeSoftmax``: on an AVX2 host the FMA3
 sum-exp kernel, 8 lanes; on an AVX-512F host the AVX-512F one, 16 lanes and vscalefps,
-(SX1) and (SX2), chosen by the host as quanta.quantize.ort_saturation
+(SX1) and (SX2), chosen by the host as quanta.kernels.reference.ort_host
 .onnxruntime_softmax_avx512f says), ``OrtLayerNorm`` its LayerNormalization (``kernel``
 "layer_norm"), SimplifiedLayerNormalization ("simplified") and SkipLayerNormalization
 ("skip") kernels of ORT 1.32, ``OrtFastGelu`` its com.microsoft FastGelu; the equations
@@ -76,6 +76,7 @@ import numpy as np
 
 from quanta.kernels.reference.float_ops import GELU_C, GELU_K, fma_f32
 from quanta.kernels.reference.ms_lstm import mlas_logistic, mlas_tanh
+from quanta.kernels.reference.ort_host import onnxruntime_softmax_avx512f
 from quanta.kernels.reference.registry import OpContext, OpError, register
 from quanta.kernels.reference.rnn import default_activations, gru, lstm
 
@@ -388,16 +389,13 @@ def mlas_sum_exp(v: np.ndarray, avx512f: bool = False) -> np.ndarray:
 
 @functools.cache
 def _host_avx512f() -> bool:
-    # imported here: quanta.quantize's package imports the reference kernels
-    from quanta.quantize.ort_saturation import onnxruntime_softmax_avx512f
-
     return onnxruntime_softmax_avx512f()
 
 
 def mlas_softmax_rows(rows: np.ndarray, avx512f: bool | None = None) -> np.ndarray:
     """Softmax of every row of ``rows`` [R, D] (float32) as ORT's MlasComputeSoftmax,
     (SM1)-(SM5) (module docstring); shape [R, D]. ``avx512f``: the AVX-512F host's order,
-    (SX1) and (SX2); None: this host's (quanta.quantize.ort_saturation
+    (SX1) and (SX2); None: this host's (quanta.kernels.reference.ort_host
     .onnxruntime_softmax_avx512f), as ``_native.mlas_softmax_f32`` chooses.
 
     >>> mlas_softmax_rows(np.array([[0.0, 1.0, 2.0]], np.float32), avx512f=False).tolist()

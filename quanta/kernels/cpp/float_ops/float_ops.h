@@ -265,7 +265,7 @@ void layer_norm(const float* x, float* y, int64_t rows, int64_t d, const float* 
 void mlas_softmax(const float* x, float* y, int64_t rows, int64_t d, int num_threads, Isa isa, bool avx512f_order);
 
 // Whether this CPU runs ORT's AVX-512F softmax kernels: x86 with AVX2, FMA and AVX-512F
-// usable (MLAS's platform table; quanta.quantize.ort_saturation.onnxruntime_softmax_avx512f)
+// usable (MLAS's platform table; quanta.kernels.reference.ort_host.onnxruntime_softmax_avx512f)
 bool host_runs_ort_avx512f();
 
 void ort_layer_norm(const float* x, float* y, int64_t rows, int64_t d, const float* scale, const float* bias,
