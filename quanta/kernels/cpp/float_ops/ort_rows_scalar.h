@@ -78,14 +78,21 @@ inline float sum_exp_one_scalef(float v) {
   return static_cast<float>(static_cast<double>(p) * std::ldexp(1.0, static_cast<int>(m)));
 }
 
+// The helpers the AVX-512 rows (float_ops_avx512vnni.cc) share with the portable and AVX2
+// ones are always inlined: an out-of-line copy that TU compiled (with -mavx512f) could be
+// the one the linker keeps for every caller, AVX-512 code on an AVX2 CPU.
+#define QUANTA_ORT_ROWS_INLINE inline __attribute__((always_inline))
+
 // (SM1)'s step: x when x > m, so a NaN x leaves m
-inline float max_skip_nan(float m, float x) { return x > m ? x : m; }
+QUANTA_ORT_ROWS_INLINE float max_skip_nan(float m, float x) { return x > m ? x : m; }
 
 // (SM3)'s lane sum of 8 lanes
-inline float sum8_pairs(const float* l) { return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])); }
+QUANTA_ORT_ROWS_INLINE float sum8_pairs(const float* l) {
+  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
 
 // (SX2)'s lane sum of 16 lanes: the high half onto the low, then (SM3)'s tree
-inline float sum16_folded(const float* l) {
+QUANTA_ORT_ROWS_INLINE float sum16_folded(const float* l) {
   float h[8];
   for (int j = 0; j < 8; ++j) h[j] = l[j + 8] + l[j];
   return sum8_pairs(h);
