@@ -336,3 +336,40 @@ def test_gemm_i8_long_blocks_extreme_column_sums(isa, block):
     packed = _native.mx_pack_weights(_bits(b), b_c, "i8", block, isa=isa)
     got = _native.mx_gemm(_bits(a), a_c, "i8", packed)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("K", [512, 1024 + 3 * 32 + 7, 1536 + 32])
+def test_quantize_i8_sixteen_block_runs(isa, K):
+    # block 32: the avx512vnni quantizer takes runs of 16 whole blocks at a time (block
+    # maxima reduced across 16 vectors, codes and factors 16 at once). Each row puts a
+    # special block at a different position in the run: NaN / ±Inf in a first, middle or
+    # last lane, an all-zero block, a subnormal and a ±0 block, float32's largest value,
+    # a power of two as the maximum, and scales spread over the whole code range
+    rng = np.random.default_rng(K)
+    rows = 23
+    x = _data(rng, (rows, K), spread=3.0)
+    x[:, K // 2 :] *= np.float32(2.0**-100)  # codes near 0 in the second half
+    x[0, 5 * 32 + 31] = np.nan
+    x[1, 0] = np.inf
+    x[2, 15 * 32 + 16] = -np.inf
+    x[3, 7 * 32 : 8 * 32] = 0.0
+    x[4, 3 * 32 : 4 * 32] = np.float32(3.0 * 2.0**-149)
+    x[5, 9 * 32 : 10 * 32] = -0.0
+    x[6, 11 * 32 + 3] = np.finfo(np.float32).max
+    x[7, 12 * 32 : 13 * 32] = np.float32(2.0**-126)  # amax the smallest normal: code 1
+    x[8, 2 * 32 + 9] = np.float32(-(2.0**127))
+    for r in range(9, 15):  # one block of each row: a NaN or an Inf in a random lane
+        k = int(rng.integers(0, K // 32))
+        x[r, k * 32 + int(rng.integers(0, 32))] = [np.nan, -np.inf, np.inf][r % 3]
+    # the last rows: every block under its own power of two, 2^-149 .. 2^124
+    nbk = K // 32
+    for r in range(15, rows):
+        e = rng.integers(-149, 125, nbk).astype(np.float64)
+        x[r, : nbk * 32] = (rng.standard_normal((nbk, 32)) * 2.0 ** e[:, None]).reshape(-1)
+    el, codes = mx.quantize_mx(x, "i8", axis=1, block=32)
+    assert len(np.unique(codes.view(np.uint8))) > 100  # the scales span the code range
+    for threads in (1, 2):
+        bits, c = _native.mx_quantize(x, "i8", 32, num_threads=threads, isa=isa)
+        assert np.array_equal(c, codes.view(np.uint8)), (isa, threads)
+        assert np.array_equal(bits, _bits(el)), (isa, threads)

@@ -312,7 +312,8 @@ namespace {
 
 // The avx512vnni INT8 x INT8 driver: A tiled (PackedMxA), then (row block, panel) chunks,
 // each over the whole K.
-void gemm_i8_tiled(const uint8_t* a_bits, const uint8_t* a_codes, int64_t M, const PackedMx& b, const float* sa,
+template <class Scales>
+void gemm_i8_tiled(const uint8_t* a_bits, const uint8_t* a_codes, int64_t M, const PackedMx& b, Scales&& scales,
                    const float* bias, float* y, int num_threads) {
   constexpr int T = kMxTileRows;
   const int nb = b.nb, kb = b.kb, block = b.block;
@@ -323,7 +324,6 @@ void gemm_i8_tiled(const uint8_t* a_bits, const uint8_t* a_codes, int64_t M, con
   a.kb = kb;
   a.tiles = (M + T - 1) / T;
   a.rs = static_cast<int>(std::min<int64_t>(T, std::max<int64_t>(M, 1)));
-  a.sa = sa;
   a.a.reset(new uint8_t[static_cast<size_t>(a.tiles) * nb * kb * a.rs]);
   a.ef.assign(static_cast<size_t>(a.tiles) * nb * a.rs, 0.0f);
   a.sf.assign(static_cast<size_t>(a.tiles) * nb * a.rs, 0.0f);
@@ -332,6 +332,12 @@ void gemm_i8_tiled(const uint8_t* a_bits, const uint8_t* a_codes, int64_t M, con
   qgemm::parallel_ranges(num_threads, a.tiles, 8,
                          [&](int64_t t0, int64_t t1) { pack_a_i8_avx512vnni(a_bits, a_codes, K, block, a, t0, t1); });
   const int64_t panels = b.Np / 32;
+  // A's scales as floats, only when some tile and panel miss the fast test (M x nb table
+  // look-ups: ~1 % of a 1024^3 GEMM that never reads them)
+  bool slow = false;
+  for (int64_t t = 0; t < a.tiles && !slow; ++t)
+    for (int64_t p = 0; p < panels && !slow; ++p) slow = !tile_codes_fast(a.lo[t], a.hi[t], b.cb_lo[p], b.cb_hi[p]);
+  if (slow) a.sa = scales();
   // One pass over K with row blocks of 2 tiles (24 rows): their A (24·K bytes; in L1 up
   // to K ~ 1000) is reused while every column panel passes, B streams from L2 / L3, and each tile keeps its
   // float sums in registers (the 12-row asm tile) or on its stack for the whole K. K
@@ -356,15 +362,21 @@ void gemm(const uint8_t* a_bits, const uint8_t* a_codes, Elem a_elem, int64_t M,
   const int nb = b.nb, kb = b.kb, block = b.block;
   const int64_t K = b.K;
   const ElemInfo fa = elem_info(a_elem);
-  float pow2_of_code[256];
-  for (int c = 0; c < 256; ++c) pow2_of_code[c] = c == 255 ? std::nanf("") : pow2f(c - 127 - fa.frac_bits);
-  std::vector<float> sa(static_cast<size_t>(M) * nb);
-  for (int64_t i = 0; i < M * nb; ++i) sa[i] = pow2_of_code[a_codes[i]];
+  std::vector<float> sa;
+  // A's scales fl32(2^(code − 127 − f_A)) as floats (NaN for 255), [M][nb]
+  auto scales = [&]() -> const float* {
+    float pow2_of_code[256];
+    for (int c = 0; c < 256; ++c) pow2_of_code[c] = c == 255 ? std::nanf("") : pow2f(c - 127 - fa.frac_bits);
+    sa.resize(static_cast<size_t>(M) * nb);
+    for (int64_t i = 0; i < M * nb; ++i) sa[i] = pow2_of_code[a_codes[i]];
+    return sa.data();
+  };
+  if (a_elem == Elem::kInt8 && b.elem == Elem::kInt8 && b.isa == Isa::kAvx512Vnni) {
+    gemm_i8_tiled(a_bits, a_codes, M, b, scales, bias, y, num_threads);  // packs A into its own tiles
+    return;
+  }
+  scales();
   if (a_elem == Elem::kInt8 && b.elem == Elem::kInt8) {
-    if (b.isa == Isa::kAvx512Vnni) {  // packs A into its own tiles
-      gemm_i8_tiled(a_bits, a_codes, M, b, sa.data(), bias, y, num_threads);
-      return;
-    }
     // A + 128 as u8, each block padded to kb (pad: 128, i.e. a zero element); for the
     // avx2 tile A as int16, pad 0 (vpmaddwd multiplies signed int16: no offset, no comp)
     const bool wide = b.isa == Isa::kAvx2;

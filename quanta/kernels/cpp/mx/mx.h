@@ -127,7 +127,9 @@ struct PackedMxA {
   // the same positions as ef: fl32(2^(code − 133)) (the fma forms of the 12-row tile)
   std::vector<float> sf;
   std::vector<int> lo, hi;
-  const float* sa = nullptr;  // [M][nb] fl32(2^(code − 133)), NaN for 255 (the exact path)
+  // [M][nb] fl32(2^(code − 133)), NaN for 255: read only by tiles off tile_codes_fast,
+  // and built only when some tile and panel are
+  const float* sa = nullptr;
 };
 
 // The rescale form of the avx512vnni 12-row fast tile (mx_avx512vnni.cc); every form gives
@@ -170,6 +172,14 @@ void gemm_i8_portable(const uint8_t* au, const float* sa, const PackedMx& b, con
 // as int16 [M][nb·kb], each block zero padded to kb.
 void gemm_i8_avx2(const int16_t* a16, const float* sa, const PackedMx& b, const float* bias, float* y, int64_t M,
                   int64_t m0, int64_t m1, int64_t p0, int64_t p1, int k0, int k1);
+// The avx512vnni tile's fast test on a tile's A codes [a_lo, a_hi] and a panel's B codes
+// [b_lo, b_hi] (all-zero blocks excluded): eq. (MX5b) by code arithmetic needs
+// 2^(ca + cb − 266) normal (ca + cb >= 140) and |fl32(D_k)| · s_k < 2^128 with |D_k| <
+// 2^31 (ca + cb <= 362), and no NaN scale (255). Off it the tile reads A's scales as
+// floats (PackedMxA::sa).
+inline bool tile_codes_fast(int a_lo, int a_hi, int b_lo, int b_hi) {
+  return a_hi <= 254 && b_hi <= 254 && a_lo + b_lo >= 140 && a_hi + b_hi <= 362;
+}
 // Tiles [t0, t1) of a (sized by the caller: a, ef zeroed or not, lo / hi) from A's bits
 // [M, K] and codes [M, nb].
 void pack_a_i8_avx512vnni(const uint8_t* a_bits, const uint8_t* a_codes, int64_t K, int block, PackedMxA& a, int64_t t0,

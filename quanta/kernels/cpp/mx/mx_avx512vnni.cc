@@ -440,13 +440,11 @@ void tile_t(const PackedMxA& a, const PackedMx& b, const float* bias, float* y, 
 
 void gemm_i8_tiles_avx512vnni(const PackedMxA& a, const PackedMx& b, const float* bias, float* y, int64_t t0,
                               int64_t t1, int64_t p) {
-  // eq. (MX5b) by code arithmetic needs 2^(ca + cb − 266) normal (ca + cb >= 140) and
-  // |fl32(D_k)| · s_k < 2^128 with |D_k| < 2^31 (ca + cb <= 362); no NaN scale (255)
   const int blo = b.cb_lo[p], bhi = b.cb_hi[p];
   // the panel's offset sums exist (its codes in [kMxInitLo, kMxInitHi], kExpMask above)
   const bool has_init = b.init.size() > 0 && blo >= kMxInitLo && bhi <= kMxInitHi;
   for (int64_t t = t0; t < t1; ++t) {
-    const bool fast = a.hi[t] <= 254 && bhi <= 254 && a.lo[t] + blo >= 140 && a.hi[t] + bhi <= 362;
+    const bool fast = tile_codes_fast(a.lo[t], a.hi[t], blo, bhi);
     const int64_t rows = std::min<int64_t>(kMxTileRows, a.M - t * kMxTileRows);
     const bool offset = fast && has_init;
     switch (rows) {
@@ -567,9 +565,78 @@ void gemm_f64_avx512vnni(const double* ad, const uint8_t* abad, const float* sa,
   gemm_f64_generic(ad, abad, sa, b, bias, y, m0, m1);
 }
 
+namespace {
+
+// Sixteen whole blocks of 32 (x: 512 floats, bits: 512 bytes, codes: 16): the arithmetic of
+// the per-block loop below, with the block maxima and the factors computed 16 at a time.
+// Each block's two |x| vectors fold to one by an unsigned max of their bits (for finite
+// values the integer order is the float order; NaN and Inf lie above every finite value),
+// then four rounds of lane shuffles and maxima reduce the 16 vectors to one vector of the
+// 16 block maxima (lane 4c + j holds block c, 8 + c, 4 + c, 12 + c for j = 0, 1, 2, 3;
+// one permute puts them in block order). The code of eq. (MX3) is the maximum's biased
+// exponent field, eq. (M16a) of docs/quantization-math.md: 0 for a zero or subnormal
+// maximum, 255 (the NaN code) for a block with NaN / Inf (bits >= 0x7f800000). The factors 2^h, 2^(−e−h) with h = −trunc(e/2) as in
+// the loop below; the elements then run through the same multiplications, conversion and
+// clamp, block by block.
+inline void quantize16_b32(const float* x, uint8_t* bits, uint8_t* codes) {
+  const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
+  __m512i m[16];
+  for (int j = 0; j < 16; ++j) {
+    const __m512i v0 = _mm512_and_si512(_mm512_loadu_si512(x + 32 * j), absmask);
+    const __m512i v1 = _mm512_and_si512(_mm512_loadu_si512(x + 32 * j + 16), absmask);
+    m[j] = _mm512_max_epu32(v0, v1);
+  }
+  // 16 -> 8: 128-bit chunks [max(a.q0, a.q2), max(a.q1, a.q3), the same of b]
+  for (int i = 0; i < 8; ++i)
+    m[i] = _mm512_max_epu32(_mm512_shuffle_i32x4(m[2 * i], m[2 * i + 1], 0x44),
+                            _mm512_shuffle_i32x4(m[2 * i], m[2 * i + 1], 0xEE));
+  // 8 -> 4: chunk c of m[i] holds four lanes of block 4i + c
+  for (int i = 0; i < 4; ++i)
+    m[i] = _mm512_max_epu32(_mm512_shuffle_i32x4(m[2 * i], m[2 * i + 1], 0x88),
+                            _mm512_shuffle_i32x4(m[2 * i], m[2 * i + 1], 0xDD));
+  // 4 -> 2: in chunk c, lanes 0 and 2 of block 8i + c, lanes 1 and 3 of block 8i + 4 + c
+  for (int i = 0; i < 2; ++i)
+    m[i] =
+        _mm512_max_epu32(_mm512_unpacklo_epi32(m[2 * i], m[2 * i + 1]), _mm512_unpackhi_epi32(m[2 * i], m[2 * i + 1]));
+  // 2 -> 1: lane 4c + j holds block c, 8 + c, 4 + c, 12 + c (j = 0 .. 3)
+  const __m512i r = _mm512_max_epu32(_mm512_unpacklo_epi32(m[0], m[1]), _mm512_unpackhi_epi32(m[0], m[1]));
+  const __m512i am =
+      _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 1, 5, 9, 13, 3, 7, 11, 15), r);
+  const __mmask16 bad = _mm512_cmpge_epu32_mask(am, _mm512_set1_epi32(0x7f800000));
+  const __m512i code = _mm512_srli_epi32(am, 23);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(codes), _mm512_cvtepi32_epi8(code));
+  // e = code − 127; t = trunc(e / 2) = (e + (e < 0)) >> 1; h = −t
+  const __m512i e = _mm512_sub_epi32(code, _mm512_set1_epi32(127));
+  const __m512i t = _mm512_srai_epi32(_mm512_add_epi32(e, _mm512_srli_epi32(e, 31)), 1);
+  alignas(64) float f1[16], f2[16];
+  _mm512_store_si512(f1, _mm512_slli_epi32(_mm512_sub_epi32(_mm512_set1_epi32(127), t), 23));
+  _mm512_store_si512(f2, _mm512_slli_epi32(_mm512_add_epi32(_mm512_sub_epi32(_mm512_set1_epi32(127), e), t), 23));
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  const __m512 s64 = _mm512_set1_ps(64.0f);
+  for (int j = 0; j < 16; ++j) {
+    uint8_t* bj = bits + 32 * j;
+    if (bad >> j & 1) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(bj), _mm256_setzero_si256());
+      continue;
+    }
+    const __m512 g1 = _mm512_set1_ps(f1[j]), g2 = _mm512_set1_ps(f2[j]);
+    for (int u = 0; u < 2; ++u) {
+      const __m512 v = _mm512_loadu_ps(x + 32 * j + 16 * u);
+      const __m512 q = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(v, g1), g2), s64);
+      __m512i qi = _mm512_cvt_roundps_epi32(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      qi = _mm512_min_epi32(_mm512_max_epi32(qi, lo), hi);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(bj + 16 * u), _mm512_cvtepi32_epi8(qi));
+    }
+  }
+}
+
+}  // namespace
+
 void quantize_i8_avx512vnni(const float* x, uint8_t* bits, uint8_t* codes, int64_t r0, int64_t r1, int64_t K,
                             int block) {
   const int64_t nb = (K + block - 1) / block;
+  // runs of 16 whole blocks of 32 go through quantize16_b32, the rest block by block
+  const int64_t k16 = block == 32 ? K / 512 * 16 : 0;
   const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
   const __m512i expmask = _mm512_set1_epi32(0x7f800000);
   const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
@@ -577,7 +644,8 @@ void quantize_i8_avx512vnni(const float* x, uint8_t* bits, uint8_t* codes, int64
   for (int64_t r = r0; r < r1; ++r) {
     const float* xr = x + r * K;
     uint8_t* br = bits + r * K;
-    for (int64_t k = 0; k < nb; ++k) {
+    for (int64_t k = 0; k < k16; k += 16) quantize16_b32(xr + k * 32, br + k * 32, codes + r * nb + k);
+    for (int64_t k = k16; k < nb; ++k) {
       const int64_t i0 = k * block, i1 = std::min<int64_t>(K, i0 + block);
       __m512i amax = _mm512_setzero_si512();  // |x| bits: integer max = float max for finite
       __mmask16 bad = 0;
