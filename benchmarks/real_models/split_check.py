@@ -12,8 +12,9 @@ file keeps. This prints, in one run:
 - how fragile FP32's own top-1 is on these crops: its agreement with itself when the
   image gets Gaussian noise of 0.5 / 1 grey level (of 255) or is JPEG re-encoded at
   quality 90, and with its weights rounded to float16;
-- the same margins under TF-Lite's normalisation ((x - 127) / 128, EfficientNet-Lite's
-  own preprocessing) against accuracy.py's ImageNet mean / std;
+- the same margins, and the half-grey-level noise test, under EfficientNet-Lite's own
+  normalisation ((v - 127) / 128, the TF builders' mean 127 / std 128) instead of
+  accuracy.py's ImageNet mean / std;
 - for each quantized file given (run by ONNX Runtime): its agreement, logit SQNR, the
   crops that flip and their FP32 margins (rank among the split's margins, 0 the smallest),
   and its agreement on the crops whose FP32 margin is at least 0.1 / 0.25.
@@ -141,7 +142,11 @@ def main(argv: list[str] | None = None) -> int:
 
     # EfficientNet-Lite's TF preprocessing maps a pixel v to (v - 127) / 128
     tf = np.ascontiguousarray(((crops.astype(np.float32) - 127.0) / 128.0).transpose(0, 3, 1, 2))
-    describe("\nthe same crops, (v - 127) / 128 normalisation", run(fp32, tf))
+    ref_tf = run(fp32, tf)
+    describe("\nthe same crops, (v - 127) / 128 normalisation", ref_tf)
+    noisy = (tf + rng.normal(0.0, 0.5 / 128, tf.shape).astype(np.float32)).astype(np.float32)
+    got = run(fp32, noisy)
+    print(f"  FP32 against itself, image + N(0, 0.5/255) noise: top-1 {agreement(ref_tf, got):.3f}")
 
     rank = np.argsort(np.argsort(margins(ref)))
     for f in args.files:
