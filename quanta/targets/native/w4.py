@@ -85,14 +85,17 @@ def bind_matmul_nbits(model: Model, node: Node) -> tuple[Kernel | None, str]:
     if node.input(5) is not None and (bias is None or bias.dtype != np.float32):
         return None, "native MatMulNBits takes a constant float32 bias"
     k, n = int(node.attrs["K"]), int(node.attrs["N"])
-    block = int(node.attrs["block_size"])
+    block, bits = int(node.attrs["block_size"]), int(node.attrs.get("bits", 4))
     try:
-        q, zpf, s, integer_zp = nbits_codes(
-            b, scales, zp, k=k, n=n, block_size=block, bits=int(node.attrs.get("bits", 4))
-        )
+        q, zpf, s, integer_zp = nbits_codes(b, scales, zp, k=k, n=n, block_size=block, bits=bits)
     except OpError as e:
         return None, f"native MatMulNBits refuses the node: {e}"
-    if int(node.attrs.get("accuracy_level", 0)) == 4 and integer_zp and block <= 4096:
+    if int(node.attrs.get("accuracy_level", 0)) == 4 and integer_zp:
+        if bits != 4 or block > 4096:
+            return (
+                None,
+                f"native MatMulNBits at accuracy_level 4 takes bits 4 and blocks up to 4096, got {bits}, {block}",
+            )
         return _bind_a8(q[:, :k].T, zpf.T.astype(np.int64), s.T, k, n, block, bias)
     w = weight_of_codes(q, zpf, s, k)
     params = {
