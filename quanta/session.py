@@ -331,6 +331,19 @@ class InferenceSession:
             from quanta.passes.rules.ort_float_functions import OrtRecurrentOrder
 
             PassManager([OrtRecurrentOrder()], verify=False).run(model)
+        if (
+            self._options.float_functions in ("auto", "ort")
+            and self._options.graph_optimization_level >= GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+            and any(n.op_type == "DequantizeLinear" for n in model.graph.nodes)
+        ):
+            # ONNX Runtime's semantics of a weight-only MatMul / Gemm: its level-2 optimizer
+            # makes it a MatMulNBits that quantizes the activation per block (not ONNX's
+            # float product, which "onnx" and DISABLE_ALL / BASIC keep), on every file
+            # (passes/rules/ort_dq_matmul_nbits.py, docs/quantization-math.md (NB8-2))
+            from quanta.passes.manager import PassManager
+            from quanta.passes.rules.ort_dq_matmul_nbits import OrtDQMatMulNBits
+
+            PassManager([OrtDQMatMulNBits()]).run(model)
         if self._options.dynamic_weight_only:
             # what the graph computes, not an optimization: on every level and target
             from quanta.passes.lower.weight_only_matmul import DynamicWeightMatMuls
