@@ -1,19 +1,24 @@
 """MatMulNBits with 8-bit weights (docs/quantization-math.md eqs. (NB8-1)-(NB8-3)): one code a
 byte, zero points one a byte (128 when absent). accuracy_level 4 runs the int8 path of
 eqs. (W6)-(W9) on the 8-bit codes, as ONNX Runtime does; levels 0-3 compute (W1)-(W2).
-The twin against plain loops, the layout against (W1), and sessions against ONNX Runtime
-within the float32 rounding of its other summation order.
+The twin against plain loops, the layout against (W1), the native kernel (one code a byte)
+against the twin bit for bit on every ISA and thread count, and sessions against ONNX
+Runtime within the float32 rounding of its other summation order.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import quanta
+from quanta.kernels import _native
 from quanta.kernels.reference.registry import OpError
 from quanta.kernels.reference.w4 import dequantize_nbits, matmul_nbits_a8, nbits_codes, quantize_rows_a8
+from quanta.targets.native.w4 import nbits_block_params, pack_bytes, pack_nibbles
 from tests.lowbit.test_nbits_a8 import _loops
 
 F32 = np.float32
@@ -153,3 +158,102 @@ def test_accuracy_level_4_session_is_the_twin_and_ort_within_its_rounding(k, n, 
         None, {"A": a}
     )[0]
     assert np.max(np.abs(o0 - f)) <= 2.0**-20 * k * np.max(np.abs(f))
+
+
+# --------------------------------------------------------------------------------------
+# the native kernel (w4/nbits_a8.h with one code a byte) against the twin, bit for bit
+# --------------------------------------------------------------------------------------
+
+
+def test_pack_bytes_layout():
+    k, n, block = 37, 35, 16
+    q = np.random.default_rng(0).integers(0, 256, (k, n))
+    p = pack_bytes(q, block)
+    assert p.shape == (2, 3, 4, 128) and p.dtype == np.uint8
+    for kk in range(3 * block):
+        for col in range(64):
+            b, g, t = kk // block, kk % block // 4, kk % 4
+            pn, c, h = col // 32, col % 16, col % 32 // 16
+            want = q[kk, col] if kk < k and col < n else 0
+            assert p[pn, b, g, h * 64 + c * 4 + t] == want
+
+
+def _native8(a, q, zp, s, block, bias, threads):
+    k, n = q.shape
+    zpp, sw = nbits_block_params(zp, s, n)
+    return _native.nbits_a8_matmul(a, pack_bytes(q, block), zpp, sw, k, n, block, bias, threads, None, 8)
+
+
+def _all_isas_bit_for_bit(a, q, zp, s, block, bias):
+    want = matmul_nbits_a8(a, q, zp, s, block, bias)
+    try:
+        for isa in _native.supported_isas():
+            _native.set_isa(isa)
+            for threads in (1, 2):
+                got = _native8(a, q, zp, s, block, bias, threads)
+                nan = np.isnan(want)
+                assert np.array_equal(np.isnan(got), nan), isa
+                assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32)), isa
+    finally:
+        _native.clear_isa()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    m=st.integers(1, 9),
+    k=st.integers(1, 420),
+    n=st.integers(1, 50),
+    block=st.sampled_from([16, 32, 64, 128]),
+    bias=st.booleans(),
+    special=st.sampled_from(["none", "zero_row", "inf"]),
+    seed=st.integers(0, 2**31),
+)
+def test_native_matches_twin_bit_for_bit(m, k, n, block, bias, special, seed):
+    rng = np.random.default_rng(seed)
+    kb = -(-k // block)
+    a = (rng.standard_normal((m, k)) * rng.uniform(0.1, 30, (m, 1))).astype(F32)
+    q = rng.integers(0, 256, (k, n))
+    zp = rng.integers(0, 256, (kb, n))
+    s = rng.uniform(0.002, 0.05, (kb, n)).astype(F32)
+    b = rng.standard_normal(n).astype(F32) if bias else None
+    if special == "zero_row":
+        a[rng.integers(m)] = 0
+    elif special == "inf":
+        a[rng.integers(m), rng.integers(k)] = np.inf
+    _all_isas_bit_for_bit(a, q, zp, s, block, b)
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(1, 300, 17), (3, 4096, 33), (7, 100, 40)])
+def test_native_extreme_codes_match_twin(m, k, n):
+    # codes 255 against qa ±127 in every pair of a group (what would saturate a whole-byte
+    # vpmaddubsw pair on AVX2), zero points 0 and 255, a block of 4096 (|acc| > 2^24)
+    block = 4096 if k == 4096 else 32
+    kb = -(-k // block)
+    rng = np.random.default_rng(k + n)
+    a = rng.choice(np.array([-127.0, 127.0], F32), (m, k))
+    q = np.full((k, n), 255)
+    q[:, 1::2] = rng.integers(0, 256, (k, n // 2))
+    zp = rng.choice(np.array([0, 255]), (kb, n))
+    s = rng.uniform(0.002, 0.05, (kb, n)).astype(F32)
+    _all_isas_bit_for_bit(a, q, zp, s, block, None)
+
+
+def test_session_runs_8_bit_level_4_natively():
+    model = nbits8_model(300, 17, 32, seed=3)
+    blob = model.SerializeToString()
+    sess = quanta.InferenceSession(blob)
+    assert [s.kernel.name for s in sess.plan.steps] == ["native:matmul_nbits_w8a8"]
+    a = (np.random.default_rng(4).standard_normal((3, 5, 300)) * 3).astype(F32)
+    want = quanta.InferenceSession(blob, backend="reference").run(None, {"A": a})[0]
+    np.testing.assert_array_equal(sess.run(None, {"A": a})[0].view(np.uint32), want.view(np.uint32))
+
+
+def test_native_refuses_other_bit_widths_and_short_weights_by_name():
+    a = np.zeros((1, 64), F32)
+    q = np.zeros((64, 3), np.int64)
+    zpp, sw = nbits_block_params(np.zeros((2, 3), np.int64), np.ones((2, 3), F32), 3)
+    with pytest.raises(ValueError, match="nbits_a8_matmul: bits: expected 4 or 8, got 5"):
+        _native.nbits_a8_matmul(a, pack_bytes(q, 32), zpp, sw, 64, 3, 32, None, 1, None, 5)
+    # a 4-bit packing handed over as 8-bit codes is half the bytes
+    with pytest.raises(ValueError, match="nbits_a8_matmul: packed: expected 2048 uint8 values"):
+        _native.nbits_a8_matmul(a, pack_nibbles(q, 32), zpp, sw, 64, 3, 32, None, 1, None, 8)

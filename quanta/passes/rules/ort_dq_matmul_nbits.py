@@ -24,7 +24,9 @@ per block of the activation), which is why only a session that follows ONNX Runt
 
 Refused, as ONNX Runtime refuses them: a weight that is not a rank-2 constant of 4 or 8
 bits, scales that are not constant (or of a float16 activation: quanta's MatMulNBits takes
-float32), scales per row (``[K]``, axis 0), a block under 16 or not a power of 2, a
+float32), scales per row (``[K]``, axis 0), scales ``[N]`` whose axis attribute is -1
+(ONNX Runtime compares it with 1: NNCF's ``compress_weights`` files, which write -1, keep
+the float product in both), a block under 16 or not a power of 2, a
 DequantizeLinear read by another node or a graph output (the engine's own refusal), an
 activation that a DequantizeLinear produces (a QDQ group: the lowering takes it), a
 product that a QuantizeLinear reads, a Gemm with alpha ≠ 1, a transpose, beta ≠ 1 with a
