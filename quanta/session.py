@@ -102,7 +102,11 @@ class SessionOptions:
     #: twice quanta's exact integer one, as it does in ORT). "auto" runs every file's float
     #: LSTM and GRU in ORT's order (OrtLSTM, OrtGRU: fused multiply-add chains, exact to
     #: their twins and ORT's bytes, faster than ONNX's multiply-then-add order, which
-    #: "onnx" keeps; docs/float-ops.md (RO1)).
+    #: "onnx" keeps; docs/float-ops.md (RO1)). "auto" and "ort" also run a weight-only
+    #: MatMul / Gemm (a DequantizeLinear of a constant weight, float activation) as ONNX
+    #: Runtime's level-2 optimizer does, a MatMulNBits whose activation is quantized to int8
+    #: per block (passes/rules/ort_dq_matmul_nbits.py, docs/quantization-math.md (NB8-2));
+    #: "onnx" keeps ONNX's float product.
     #: docs/float-ops.md, "ONNX Runtime's functions", (QC1)-(QC4), (QM1), "ONNX Runtime's
     #: float convolution" and "Which of ORT's float orders "auto" takes".
     float_functions: str = "auto"
