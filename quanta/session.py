@@ -102,7 +102,11 @@ class SessionOptions:
     #: twice quanta's exact integer one, as it does in ORT). "auto" runs every file's float
     #: LSTM and GRU in ORT's order (OrtLSTM, OrtGRU: fused multiply-add chains, exact to
     #: their twins and ORT's bytes, faster than ONNX's multiply-then-add order, which
-    #: "onnx" keeps; docs/float-ops.md (RO1)).
+    #: "onnx" keeps; docs/float-ops.md (RO1)). "auto" and "ort" also run a weight-only
+    #: MatMul / Gemm (a DequantizeLinear of a constant weight, float activation) as ONNX
+    #: Runtime's level-2 optimizer does, a MatMulNBits whose activation is quantized to int8
+    #: per block (passes/rules/ort_dq_matmul_nbits.py, docs/quantization-math.md (NB8-2));
+    #: "onnx" keeps ONNX's float product.
     #: docs/float-ops.md, "ONNX Runtime's functions", (QC1)-(QC4), (QM1), "ONNX Runtime's
     #: float convolution" and "Which of ORT's float orders "auto" takes".
     float_functions: str = "auto"
@@ -331,6 +335,19 @@ class InferenceSession:
             from quanta.passes.rules.ort_float_functions import OrtRecurrentOrder
 
             PassManager([OrtRecurrentOrder()], verify=False).run(model)
+        if (
+            self._options.float_functions in ("auto", "ort")
+            and self._options.graph_optimization_level >= GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+            and any(n.op_type == "DequantizeLinear" for n in model.graph.nodes)
+        ):
+            # ONNX Runtime's semantics of a weight-only MatMul / Gemm: its level-2 optimizer
+            # makes it a MatMulNBits that quantizes the activation per block (not ONNX's
+            # float product, which "onnx" and DISABLE_ALL / BASIC keep), on every file
+            # (passes/rules/ort_dq_matmul_nbits.py, docs/quantization-math.md (NB8-2))
+            from quanta.passes.manager import PassManager
+            from quanta.passes.rules.ort_dq_matmul_nbits import OrtDQMatMulNBits
+
+            PassManager([OrtDQMatMulNBits()]).run(model)
         if self._options.dynamic_weight_only:
             # what the graph computes, not an optimization: on every level and target
             from quanta.passes.lower.weight_only_matmul import DynamicWeightMatMuls

@@ -98,6 +98,10 @@ OTHER_TOOL: list[tuple[str, str, str, dict[str, Any]]] = [
     # a sentence encoder whose graph pools (ReduceSum / Clip / Div) and passes its inputs on
     ("minilm_l3.ort_dynamic", "minilm_l3", "onnxruntime.quantization.quantize_dynamic", {"dynamic": True}),
     ("minilm_l3.nncf", "minilm_l3", "nncf.quantize (defaults)", {"nncf": True}),
+    # weight-only int8 (NNCF's default INT8_ASYM: uint8 weights per output channel with zero
+    # points, DequantizeLinear before each float MatMul), which ONNX Runtime 1.32 runs as
+    # MatMulNBits with int8 activations (docs/quantization-math.md (NB8-2))
+    ("minilm_l3.nncf_w8", "minilm_l3", "nncf.compress_weights (defaults: INT8_ASYM)", {"nncf_weights": True}),
     # 4-bit weights of a transformer: com.microsoft MatMulNBits (block 32, zero points), and
     # the same blocks written as opset-21 int4 DequantizeLinear with block_size before MatMul
     (
@@ -145,6 +149,12 @@ def make(source: str, src: Path, dst: Path, options: dict[str, Any]) -> None:
 
     kw = dict(options)
     n_calib = zoodata.sizes(source, zoodata.BY_NAME[source].kind)[0]
+    if kw.pop("nncf_weights", False):
+        import nncf
+        import onnx
+
+        onnx.save(nncf.compress_weights(onnx.load(str(src))), str(dst))
+        return
     if kw.pop("nncf", False):
         import nncf
         import onnx

@@ -130,7 +130,7 @@ def test_matmul_nbits_threads_give_identical_results():
 
 
 def test_matmul_nbits_refuses_bad_files_with_the_attribute_named():
-    with pytest.raises(OpError, match="bits: only 4 is supported, got 3"):
+    with pytest.raises(OpError, match="bits: only 4 and 8 are supported, got 3"):
         dequantize_nbits(
             np.zeros((1, 1, 12), np.uint8), np.ones(1, F32), None, k=32, n=1, block_size=32, bits=3
         )

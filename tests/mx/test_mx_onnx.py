@@ -185,19 +185,27 @@ def test_onnxruntime_runs_the_float_scale_form_of_a_network():
     out, _ = quantize_mx_model(src, "mxint8", "mxint8", form="float-scale")
     onnx.checker.check_model(out, full_check=True)
     x = rng.standard_normal((2, 5, 6, 6)).astype(np.float32)
-    # ORT 1.32's graph optimizations (EXTENDED and above) compute a blocked int8
-    # DequantizeLinear along axis 0 feeding MatMul wrongly (docs/quantization-math.md
-    # "MX in ONNX"); BASIC runs every node as written
+    # ORT 1.32's graph optimizations (EXTENDED and above) run a blocked int8
+    # DequantizeLinear along axis 0 feeding MatMul as MatMulNBits with int8 activations
+    # (docs/quantization-math.md "MX in ONNX", (NB8-2)); BASIC runs every node as written,
+    # ONNX's semantics, which a quanta session keeps under float_functions="onnx"
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     theirs = ort.InferenceSession(out.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
         None, {"x": x}
     )[0]
-    ours = quanta.InferenceSession(out, backend="native").run(None, {"x": x})[0]
+    onnx_opts = quanta.SessionOptions(float_functions="onnx")
+    ours = quanta.InferenceSession(out, onnx_opts, backend="native").run(None, {"x": x})[0]
     want = _fake_quant(src, "mxint8", "mxint8", x)
     scale = np.abs(want).max()
     assert np.allclose(theirs, want, rtol=1e-4, atol=1e-5 * scale)
     assert np.allclose(ours, want, rtol=1e-4, atol=1e-5 * scale)
+    # the default session follows ONNX Runtime's rewrite: near ORT's own result, far from ONNX's
+    ort_ext = ort.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
+    ours_ort = quanta.InferenceSession(out, backend="native").run(None, {"x": x})[0]
+    assert np.max(np.abs(ours_ort - ort_ext)) < 1e-6 * scale < 1e-3 * np.max(np.abs(ort_ext - want))
 
 
 def test_quantize_static_takes_mx_types_without_calibration(tmp_path):

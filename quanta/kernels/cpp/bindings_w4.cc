@@ -6,7 +6,7 @@
 //     (quanta.targets.native.w4a8.pack_blocks); colsum: int32 [kb, ntiles·16]; c: float32
 //     [kb, ntiles·16]; out_dtype "f32" (then no y_scale), "u8" or "i8" (y_scale a float).
 //
-//   nbits_a8_matmul(a, packed, zp, sw, k, n, block, bias=None, num_threads=1, out=None)
+//   nbits_a8_matmul(a, packed, zp, sw, k, n, block, bias=None, num_threads=1, out=None, bits=4)
 //     -> float32 [..., N]: MatMulNBits at accuracy_level 4 (w4/nbits_a8.h, eqs. (W6)-(W10)).
 //     a: float32 [..., K]; packed: uint8 [panels, kb, block/4, 64] of the 4-bit codes, two
 //     to a byte (pack_nibbles; panels = ceil(N / 32)); zp: uint8 [panels, kb, 32] (the zero
@@ -119,9 +119,10 @@ py::array w4a8_impl(const py::handle& a_obj, const py::handle& packed_obj, const
 
 py::array nbits_a8_impl(const py::handle& a_obj, const py::handle& packed_obj, const py::handle& zp_obj,
                         const py::handle& sw_obj, int64_t k, int64_t n, int64_t block, const py::object& bias_obj,
-                        int num_threads, const py::object& out_obj) {
+                        int num_threads, const py::object& out_obj, int bits) {
   const std::string op = "nbits_a8_matmul";
   check_threads(num_threads, op);
+  if (bits != 4 && bits != 8) throw py::value_error(op + ": bits: expected 4 or 8, got " + std::to_string(bits));
   if (!py::isinstance<py::array>(a_obj)) throw py::value_error(op + ": a: expected a numpy array");
   auto a = py::reinterpret_borrow<py::array>(a_obj);
   if (!dtype_equiv(a.dtype(), py::dtype::of<float>())) {
@@ -130,8 +131,8 @@ py::array nbits_a8_impl(const py::handle& a_obj, const py::handle& packed_obj, c
   check_a(op, a, k, block);
   const int64_t kb = (k + block - 1) / block, panels = (n + 31) / 32;
   auto packed = require_array<uint8_t>(packed_obj, (op + ": packed").c_str());
-  if (packed.size() != kb * panels * block * 16) {
-    throw py::value_error(op + ": packed: expected " + std::to_string(kb * panels * block * 16) +
+  if (packed.size() != kb * panels * block * 16 * (bits / 4)) {
+    throw py::value_error(op + ": packed: expected " + std::to_string(kb * panels * block * 16 * (bits / 4)) +
                           " uint8 values for K=" + std::to_string(k) + ", N=" + std::to_string(n) +
                           ", block=" + std::to_string(block));
   }
@@ -157,8 +158,8 @@ py::array nbits_a8_impl(const py::handle& a_obj, const py::handle& packed_obj, c
       throw py::value_error(op + ": out: expected a writeable C-contiguous float32 array of shape " + shape_str(shape));
     }
   }
-  nbits_a8::Params p{k ? static_cast<int64_t>(a.size()) / k : 0, k, n, block, packed.data(), zp.data(), sw.data(),
-                     bias_obj.is_none() ? nullptr : bias.data()};
+  nbits_a8::Params p{k ? static_cast<int64_t>(a.size()) / k : 0, k,   n, block, packed.data(), zp.data(), sw.data(),
+                     bias_obj.is_none() ? nullptr : bias.data(), bits};
   {
     py::gil_scoped_release release;
     nbits_a8::matmul(static_cast<const float*>(a.data()), p, static_cast<float*>(y.mutable_data()), num_threads);
@@ -175,8 +176,8 @@ void register_w4(py::module_& m) {
         "8-bit a times 4-bit weights per block of K, exact block dots, float32 block sums in order (w4a8.h).");
   m.def("nbits_a8_matmul", &nbits_a8_impl, py::arg("a"), py::arg("packed"), py::arg("zp"), py::arg("sw"), py::arg("k"),
         py::arg("n"), py::arg("block"), py::arg("bias") = py::none(), py::arg("num_threads") = 1,
-        py::arg("out") = py::none(),
-        "float32 a quantized to int8 per row and block, times 4-bit weights per block (nbits_a8.h).");
+        py::arg("out") = py::none(), py::arg("bits") = 4,
+        "float32 a quantized to int8 per row and block, times 4- or 8-bit weights per block (nbits_a8.h).");
 }
 
 }  // namespace quanta

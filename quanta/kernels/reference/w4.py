@@ -1,16 +1,17 @@
-"""com.microsoft MatMulNBits (4-bit weights per block along K): the reference twin.
+"""com.microsoft MatMulNBits (4- and 8-bit weights per block along K): the reference twin.
 
 ONNX Runtime's contrib operator (``MatMulNBits``, attributes ``K``, ``N``, ``bits``,
 ``block_size``, ``accuracy_level``)::
 
-    B          uint8 [N, k_blocks, block_size·bits/8]   nibbles, low nibble first
+    B          uint8 [N, k_blocks, block_size·bits/8]   4 bits: nibbles, low nibble first;
+               8 bits: one code a byte
     scales     float [N·k_blocks] (or [N, k_blocks])
     zero_points uint8 [N, ceil(k_blocks·bits/8)] packed like B, or float [N, k_blocks]
-               (absent: 2^(bits−1), i.e. 8 for 4 bits)
+               (absent: 2^(bits−1), i.e. 8 for 4 bits, 128 for 8 bits)
     w[k, n]    = f32( (q[n, k] − zp[n, k // block_size]) · scale[n, k // block_size] )   eq. (W1)
     Y          = A @ w (+ bias[N])                                                   eq. (W2)
 
-(W1) is exact in float32 (a 4-bit difference times a float32 scale is one rounding);
+(W1) is exact in float32 (a 4- or 8-bit difference times a float32 scale is one rounding);
 (W2) is a float32 GEMM whose summation order is the BLAS's (np.matmul here), so the
 native kernel is compared against it within the float GEMM family's bound eq. (FG1)
 (docs/float-ops.md), not bit for bit.
@@ -19,9 +20,10 @@ native kernel is compared against it within the float GEMM family's bound eq. (F
 int8 path instead (``matmul_nbits_a8``, docs eqs. (W6)-(W9)): A quantized to int8
 symmetric per row and block of K by ONNX Runtime's rule (scale max|a| / 127, codes
 rne(a · 127 / max|a|)), exact integer block dots, float32 block sums in block order,
-bit-exact with the native kernel. Levels 0-3 (and float zero points) compute (W2).
-Only ``bits`` = 4 and no ``g_idx`` (act-order) are supported: other files get an OpError
-naming the attribute.
+bit-exact with the native kernel; 8-bit codes take the same path (docs eq. (NB8-1)), as
+ONNX Runtime runs them. Levels 0-3 (and float zero points) compute (W2). Only ``bits`` 4
+and 8 and no ``g_idx`` (act-order) are supported: other files get an OpError naming the
+attribute.
 """
 
 from __future__ import annotations
@@ -73,9 +75,9 @@ def nbits_codes(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     """The checked operands of MatMulNBits: codes ``q`` int32 [N, kb·B], zero points
     float32 [N, kb], scales float32 [N, kb], and whether the zero points are integers
-    (uint8 or absent)."""
-    if bits != 4:
-        raise OpError(f"MatMulNBits: bits: only 4 is supported, got {bits}")
+    (uint8 or absent). ``bits`` 4 packs two codes a byte (low nibble first), 8 one."""
+    if bits not in (4, 8):
+        raise OpError(f"MatMulNBits: bits: only 4 and 8 are supported, got {bits}")
     if block_size < 16 or block_size & (block_size - 1):
         raise OpError(f"MatMulNBits: block_size: expected a power of 2 >= 16, got {block_size}")
     k_blocks = -(-k // block_size)
@@ -92,18 +94,20 @@ def nbits_codes(
             f"MatMulNBits: scales: expected {n * k_blocks} float values, got {s.dtype} of shape {list(s.shape)}"
         )
     s = s.astype(np.float32).reshape(n, k_blocks)
-    q = unpack_nibbles(b.reshape(n, k_blocks * blob), k_blocks * block_size).astype(np.int32)
+    codes = b.reshape(n, k_blocks * blob)
+    q = (unpack_nibbles(codes, k_blocks * block_size) if bits == 4 else codes).astype(np.int32)
     if zero_points is None:
         zp = np.full((n, k_blocks), 1 << (bits - 1), np.float32)
     else:
         z = np.asarray(zero_points)
         if z.dtype == np.uint8:
-            per_row = -(-k_blocks // 2)
+            per_row = -(-k_blocks * bits // 8)
             if z.size != n * per_row:
                 raise OpError(
                     f"MatMulNBits: zero_points: expected uint8 [{n}, {per_row}], got shape {list(z.shape)}"
                 )
-            zp = unpack_nibbles(z.reshape(n, per_row), k_blocks).astype(np.float32)
+            zr = z.reshape(n, per_row)
+            zp = (unpack_nibbles(zr, k_blocks) if bits == 4 else zr).astype(np.float32)
         elif z.dtype == s.dtype or z.dtype in (np.float32, np.float16):
             if z.size != n * k_blocks:
                 raise OpError(
@@ -178,7 +182,7 @@ def matmul_nbits_a8(
     block: int,
     bias: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Eqs. (W6)-(W9): ``a [..., K]`` float32 times the 4-bit codes ``q [K, N]`` with integer
+    """Eqs. (W6)-(W9): ``a [..., K]`` float32 times the 4- or 8-bit codes ``q [K, N]`` with integer
     zero points ``zp [kb, N]`` and scales ``scales [kb, N]`` per block of ``block`` rows::
 
         acc_b = Σ_{k ∈ b} qa_k (q_kn − zp_bn)                        exact        (W7)

@@ -1,4 +1,4 @@
-"""Native com.microsoft MatMulNBits (4-bit weights per block, float activations).
+"""Native com.microsoft MatMulNBits (4- and 8-bit weights per block, float activations).
 
 The binder unpacks the nibbles and dequantizes the constant weight once at compile time
 by eq. (W1) (``reference/w4.py``, exact in float32: the same float32 values the twin
@@ -12,7 +12,8 @@ float path (the speed is the float GEMM's).
 int8 path: the raw 4-bit codes packed once two to a byte (``pack_nibbles``: as many weight
 bytes as ONNX Runtime's), A quantized per row and block at run time, integer block dots
 with the zero point through the row's code sum, eq. (W10) (``_native.nbits_a8_matmul``,
-w4/nbits_a8.h), bit-exact with the twin.
+w4/nbits_a8.h), bit-exact with the twin. 8-bit codes (``bits`` 8, eq. (NB8-1)) take the same
+kernel with one code a byte (``pack_bytes``: as many weight bytes as ONNX Runtime's).
 """
 
 from __future__ import annotations
@@ -36,7 +37,14 @@ try:
 except ImportError:  # the binders only run when the extension is built
     _native = None
 
-__all__ = ["bind_matmul_nbits", "bind_matmul_w4a8", "nbits_block_params", "pack_blocks", "pack_nibbles"]
+__all__ = [
+    "bind_matmul_nbits",
+    "bind_matmul_w4a8",
+    "nbits_block_params",
+    "pack_blocks",
+    "pack_bytes",
+    "pack_nibbles",
+]
 
 
 def _matmul_nbits_native(
@@ -85,15 +93,15 @@ def bind_matmul_nbits(model: Model, node: Node) -> tuple[Kernel | None, str]:
     if node.input(5) is not None and (bias is None or bias.dtype != np.float32):
         return None, "native MatMulNBits takes a constant float32 bias"
     k, n = int(node.attrs["K"]), int(node.attrs["N"])
-    block = int(node.attrs["block_size"])
+    block, bits = int(node.attrs["block_size"]), int(node.attrs.get("bits", 4))
     try:
-        q, zpf, s, integer_zp = nbits_codes(
-            b, scales, zp, k=k, n=n, block_size=block, bits=int(node.attrs.get("bits", 4))
-        )
+        q, zpf, s, integer_zp = nbits_codes(b, scales, zp, k=k, n=n, block_size=block, bits=bits)
     except OpError as e:
         return None, f"native MatMulNBits refuses the node: {e}"
-    if int(node.attrs.get("accuracy_level", 0)) == 4 and integer_zp and block <= 4096:
-        return _bind_a8(q[:, :k].T, zpf.T.astype(np.int64), s.T, k, n, block, bias)
+    if int(node.attrs.get("accuracy_level", 0)) == 4 and integer_zp:
+        if block > 4096:
+            return None, f"native MatMulNBits at accuracy_level 4 takes blocks up to 4096, got {block}"
+        return _bind_a8(q[:, :k].T, zpf.T.astype(np.int64), s.T, k, n, block, bias, bits)
     w = weight_of_codes(q, zpf, s, k)
     params = {
         "packed": _native.sgemm_pack_b(np.ascontiguousarray(w, np.float32)),
@@ -116,24 +124,33 @@ def _matmul_nbits_a8_native(
     k: int,
     block: int,
     bias: np.ndarray | None,
+    bits: int = 4,
     **attrs: Any,
 ) -> np.ndarray:
     if a.dtype == np.float32 and a.ndim >= 1 and a.shape[-1] == k:
         # positional: pybind11's keyword matching costs half a microsecond a call, a tenth of
         # a decode step's product
         return _native.nbits_a8_matmul(
-            np.ascontiguousarray(a), packed, zp, sw, k, n, block, bias, _threads(ctx), out
+            np.ascontiguousarray(a), packed, zp, sw, k, n, block, bias, _threads(ctx), out, bits
         )
-    return _twin(ctx, a, rest, attrs, out)
+    return _twin(ctx, a, rest, {**attrs, "bits": bits}, out)
 
 
 def _bind_a8(
-    q: np.ndarray, zp: np.ndarray, s: np.ndarray, k: int, n: int, block: int, bias: np.ndarray | None
+    q: np.ndarray,
+    zp: np.ndarray,
+    s: np.ndarray,
+    k: int,
+    n: int,
+    block: int,
+    bias: np.ndarray | None,
+    bits: int = 4,
 ) -> tuple[Kernel, str]:
     """Eqs. (W6)-(W10): codes ``q [K, N]``, zero points and scales ``[kb, N]``."""
     zpp, sw = nbits_block_params(zp, s, n)
     params = {
-        "packed": pack_nibbles(q, block),
+        "packed": pack_nibbles(q, block) if bits == 4 else pack_bytes(q, block),
+        "bits": bits,
         "zp": zpp,
         "sw": sw,
         "n": n,
@@ -141,7 +158,21 @@ def _bind_a8(
         "block": block,
         "bias": None if bias is None else np.ascontiguousarray(bias.reshape(n), np.float32),
     }
-    return Kernel(_matmul_nbits_a8_native, "native", "native:matmul_nbits_w4a8", params=params, out=True), ""
+    name = "native:matmul_nbits_w4a8" if bits == 4 else "native:matmul_nbits_w8a8"
+    return Kernel(_matmul_nbits_a8_native, "native", name, params=params, out=True), ""
+
+
+def pack_bytes(q: np.ndarray, block: int) -> np.ndarray:
+    """``q [K, N]`` (8-bit codes) -> w4/nbits_a8.h's 8-bit layout, uint8 ``[panels, kb,
+    block/4, 128]``: per panel of 32 columns and block, groups of 4 k per column, the first
+    tile's 16 columns (4 bytes each) then the second's (0 past K and N)."""
+    k, n = q.shape
+    kb, panels = -(-k // block), -(-n // 32)
+    wp = np.zeros((kb * block, panels * 32), np.uint8)
+    wp[:k, :n] = np.asarray(q)
+    # [kb, block/4, 4, panels, 2, 16] -> [panels, kb, block/4, 2, 16, 4]
+    w = wp.reshape(kb, block // 4, 4, panels, 2, 16).transpose(3, 0, 1, 4, 5, 2)
+    return np.ascontiguousarray(w.reshape(panels, kb, block // 4, 128))
 
 
 def pack_nibbles(q: np.ndarray, block: int) -> np.ndarray:

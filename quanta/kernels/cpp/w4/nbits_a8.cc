@@ -25,8 +25,10 @@ void panel_portable(const PanelArgs& p, int rows, int nt) {
         for (int c = 0; c < 16; ++c) {
           int32_t acc = 0;
           for (int64_t g = 0; g < p.b4; ++g) {
-            for (int t = 0; t < 4; ++t)
-              acc += static_cast<int32_t>(a[4 * g + t]) * ((w[g * 64 + c * 4 + t] >> (4 * j)) & 15);
+            for (int t = 0; t < 4; ++t) {
+              const int32_t q = p.bits == 8 ? w[g * 128 + j * 64 + c * 4 + t] : (w[g * 64 + c * 4 + t] >> (4 * j)) & 15;
+              acc += static_cast<int32_t>(a[4 * g + t]) * q;
+            }
           }
           const int64_t col = j * 16 + c;
           const float f = static_cast<float>(acc - p.zp[b * 32 + col] * sq);  // eq. (W10)
@@ -95,7 +97,7 @@ void matmul(const float* a, const Params& p, float* y, int threads) {
   const Fns fns = select(select_kernel("nbits_a8", "f32s4->f32")->isa);
   const int64_t kb = (p.k + p.block - 1) / p.block, ntiles = (p.n + 15) / 16;
   const int64_t panels = (ntiles + 1) / 2;
-  const int64_t lda = kb * p.block, wb_stride = p.block * 16;
+  const int64_t lda = kb * p.block, wb_stride = p.block * 16 * (p.bits / 4);
   std::vector<int8_t> qa(static_cast<size_t>(p.m * lda));
   std::vector<float> sa(static_cast<size_t>(p.m * kb));
   std::vector<int32_t> sqa(static_cast<size_t>(p.m * kb));
@@ -120,7 +122,8 @@ void matmul(const float* a, const Params& p, float* y, int threads) {
                        wb_stride,
                        p.zp + pc * kb * 32,
                        p.sw + pc * kb * 32,
-                       t};
+                       t,
+                       p.bits};
         fns.panel(args, rows, nt);
         const int64_t cols = p.n - col0 < nt * 16 ? p.n - col0 : nt * 16;
         for (int r = 0; r < rows; ++r) {

@@ -14,8 +14,10 @@ namespace quanta {
 namespace nbits_a8 {
 namespace {
 
-// one 16-column tile j of the panel for MR rows
-template <int MR>
+// one 16-column tile j of the panel for MR rows. 8-bit codes go in as their two nibbles,
+// Σ q·qa = Σ lo·qa + 16 · Σ hi·qa: a vpmaddubsw pair of whole bytes could reach
+// 2 · 255 · 127 > 2^15 and saturate, a pair of nibbles stays exact.
+template <int MR, int BITS>
 void tile(const PanelArgs& p, int j) {
   const __m256i ones = _mm256_set1_epi16(1);
   const __m256i low = _mm256_set1_epi8(0x0F);
@@ -28,20 +30,41 @@ void tile(const PanelArgs& p, int j) {
     const int8_t* a = p.qa + b * p.b4 * 4;
     const uint8_t* w = p.w + b * p.wb_stride;
     for (int64_t g = 0; g < p.b4; ++g) {
-      __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + g * 64));
-      __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + g * 64 + 32));
-      if (j == 1) {
-        w0 = _mm256_srli_epi16(w0, 4);
-        w1 = _mm256_srli_epi16(w1, 4);
-      }
-      w0 = _mm256_and_si256(w0, low);
-      w1 = _mm256_and_si256(w1, low);
-      for (int r = 0; r < MR; ++r) {
-        int32_t q;
-        std::memcpy(&q, a + r * p.lda + 4 * g, 4);
-        const __m256i x = _mm256_set1_epi32(q);
-        acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(w0, x), ones));
-        acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(w1, x), ones));
+      if constexpr (BITS == 8) {
+        const uint8_t* wg = w + g * 128 + j * 64;
+        const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg));
+        const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg + 32));
+        const __m256i l0 = _mm256_and_si256(v0, low), h0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), low);
+        const __m256i l1 = _mm256_and_si256(v1, low), h1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), low);
+        for (int r = 0; r < MR; ++r) {
+          int32_t q;
+          std::memcpy(&q, a + r * p.lda + 4 * g, 4);
+          const __m256i x = _mm256_set1_epi32(q);
+          const __m256i d0 =
+              _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(l0, x), ones),
+                               _mm256_slli_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(h0, x), ones), 4));
+          const __m256i d1 =
+              _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(l1, x), ones),
+                               _mm256_slli_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(h1, x), ones), 4));
+          acc[r][0] = _mm256_add_epi32(acc[r][0], d0);
+          acc[r][1] = _mm256_add_epi32(acc[r][1], d1);
+        }
+      } else {
+        __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + g * 64));
+        __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + g * 64 + 32));
+        if (j == 1) {
+          w0 = _mm256_srli_epi16(w0, 4);
+          w1 = _mm256_srli_epi16(w1, 4);
+        }
+        w0 = _mm256_and_si256(w0, low);
+        w1 = _mm256_and_si256(w1, low);
+        for (int r = 0; r < MR; ++r) {
+          int32_t q;
+          std::memcpy(&q, a + r * p.lda + 4 * g, 4);
+          const __m256i x = _mm256_set1_epi32(q);
+          acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(w0, x), ones));
+          acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(w1, x), ones));
+        }
       }
     }
     for (int h = 0; h < 2; ++h) {
@@ -121,15 +144,25 @@ void quantize_rows_avx2(const float* a, const Params& p, int64_t r0, int64_t r1,
   }
 }
 
-void panel_avx2(const PanelArgs& p, int rows, int nt) {
+namespace {
+
+template <int BITS>
+void tiles(const PanelArgs& p, int rows, int nt) {
   for (int j = 0; j < nt; ++j) {
     switch (rows) {
-      case 1: tile<1>(p, j); break;
-      case 2: tile<2>(p, j); break;
-      case 3: tile<3>(p, j); break;
-      default: tile<4>(p, j); break;
+      case 1: tile<1, BITS>(p, j); break;
+      case 2: tile<2, BITS>(p, j); break;
+      case 3: tile<3, BITS>(p, j); break;
+      default: tile<4, BITS>(p, j); break;
     }
   }
+}
+
+}  // namespace
+
+void panel_avx2(const PanelArgs& p, int rows, int nt) {
+  if (p.bits == 8) return tiles<8>(p, rows, nt);
+  tiles<4>(p, rows, nt);
 }
 
 }  // namespace nbits_a8

@@ -15,9 +15,9 @@ namespace {
 
 // U sets of block accumulators take alternate groups: with one or two rows, one set would
 // chain every vpdpbusd of a tile on the one before it (latency-bound, not throughput-bound).
-template <int MR, int NT, int U>
+template <int MR, int NT, int U, int BITS>
 void panel(const PanelArgs& p) {
-  const __m512i low = _mm512_set1_epi8(0x0F);
+  [[maybe_unused]] const __m512i low = _mm512_set1_epi8(0x0F);
   __m512 t[MR][NT];
   for (int r = 0; r < MR; ++r) {
     for (int j = 0; j < NT; ++j) t[r][j] = _mm512_setzero_ps();
@@ -32,10 +32,15 @@ void panel(const PanelArgs& p) {
     const int8_t* a = p.qa + b * p.b4 * 4;
     const uint8_t* w = p.w + b * p.wb_stride;
     auto group = [&](int64_t g, __m512i(&ac)[MR][NT]) {
-      const __m512i v = _mm512_loadu_si512(w + g * 64);
       __m512i wv[NT];
-      wv[0] = _mm512_and_si512(v, low);
-      if constexpr (NT == 2) wv[1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+      if constexpr (BITS == 8) {
+        // one code a byte: each tile's 16 columns × 4 k are their own 64 bytes
+        for (int j = 0; j < NT; ++j) wv[j] = _mm512_loadu_si512(w + g * 128 + j * 64);
+      } else {
+        const __m512i v = _mm512_loadu_si512(w + g * 64);
+        wv[0] = _mm512_and_si512(v, low);
+        if constexpr (NT == 2) wv[1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+      }
       for (int r = 0; r < MR; ++r) {
         int32_t q;
         std::memcpy(&q, a + r * p.lda + 4 * g, 4);
@@ -113,17 +118,27 @@ void quantize_rows_avx512vnni(const float* a, const Params& p, int64_t r0, int64
   }
 }
 
-void panel_avx512vnni(const PanelArgs& p, int rows, int nt) {
+namespace {
+
+template <int BITS>
+void panel_bits(const PanelArgs& p, int rows, int nt) {
   switch (rows * 2 + nt - 1) {
-    case 2: return panel<1, 1, 2>(p);
-    case 3: return panel<1, 2, 2>(p);
-    case 4: return panel<2, 1, 2>(p);
-    case 5: return panel<2, 2, 2>(p);
-    case 6: return panel<3, 1, 1>(p);
-    case 7: return panel<3, 2, 1>(p);
-    case 8: return panel<4, 1, 1>(p);
-    default: return panel<4, 2, 1>(p);
+    case 2: return panel<1, 1, 2, BITS>(p);
+    case 3: return panel<1, 2, 2, BITS>(p);
+    case 4: return panel<2, 1, 2, BITS>(p);
+    case 5: return panel<2, 2, 2, BITS>(p);
+    case 6: return panel<3, 1, 1, BITS>(p);
+    case 7: return panel<3, 2, 1, BITS>(p);
+    case 8: return panel<4, 1, 1, BITS>(p);
+    default: return panel<4, 2, 1, BITS>(p);
   }
+}
+
+}  // namespace
+
+void panel_avx512vnni(const PanelArgs& p, int rows, int nt) {
+  if (p.bits == 8) return panel_bits<8>(p, rows, nt);
+  return panel_bits<4>(p, rows, nt);
 }
 
 }  // namespace nbits_a8
