@@ -726,11 +726,11 @@ def test_float_rnn_input_projection_split_over_threads_gives_the_twin_bytes(op, 
 )
 def test_float_rnn_batch_one_streams_panel_pairs_with_the_twin_bytes(op, H, direction, variant):
     """Batch 1 with 4H (LSTM) or 2H (GRU's z, r columns) past two 128-column panels: the
-    recurrence's GEMV streams two weight panels at once (seq_gemm_simd.h seq_row2), the
-    twin's chains; the columns the pairs leave (4·67 = 268: 12; 2·131 = 262: 6; 2·200 =
-    400 and 4·100: a full panel and 16; GRU 200's h columns: 128 + 72; 3·4, 2·3: one short
-    vector; 4·17 = 68: four full vectors and a short one) in one loop over both panels
-    (seq_row_rest)."""
+    recurrence's GEMV streams every vector of a chunk of whole panels in one k loop
+    (seq_gemm_simd.h seq_row_panels: up to 24 vectors), the twin's chains; the chunks
+    (4·67 = 268 columns: 17 vectors; 2·131 = 262: 17; 2·200 = 400 and 4·100: 25 vectors,
+    16 + 9; GRU 200's h columns: 13; 3·4, 2·3: one short vector; 4·17 = 68: four full
+    vectors and a short one)."""
     rng = np.random.default_rng(H)
     D = 2 if direction == "bidirectional" else 1
     inputs = _float_inputs(
@@ -1203,9 +1203,9 @@ def test_float_lstm_matches_onnxruntime_closely(tmp_path):
     layout=st.sampled_from([0, 1]),
     seed=st.integers(0, 2**16),
 )
-# batch 1 (seq_row_panels_mlas): one row's X·Wᵀ over two MLAS k blocks and 390 columns
-# (a pair and 134 left), the recurrence's 260 and 130 columns, prefetched (K = 130) or not
-# (K = 3)
+# batch 1 (seq_row_panels): one row's X·Wᵀ over two MLAS k blocks and 390 columns (25
+# vectors: chunks of 16 and 9), the recurrence's 260 and 130 columns (17 and 9 vectors, one
+# chunk each), K = 130 or 3
 @example(
     H=130,
     n_in=300,

@@ -405,8 +405,8 @@ def small_lstm_proto(n_in: int, H: int, T: int, B: int, direction: str, lens: bo
         (266, 25, 3, 3, "bidirectional", True),
         (50, 67, 40, 2, "bidirectional", True),
         (5, 7, 9, 3, "reverse", True),
-        # batch 1 past two panels (seq_row_panels_mlas): X·Wᵀ of one row over 300 inputs
-        # (two MLAS k blocks, prefetched), the recurrence's 520 columns (two pairs, 8 left)
+        # batch 1 past two panels (seq_row_panels): X·Wᵀ of one row over 300 inputs (two
+        # MLAS k blocks), the recurrence's 520 columns (33 vectors: chunks of 24 and 9)
         (300, 130, 2, 1, "bidirectional", False),
     ],
 )
@@ -426,6 +426,95 @@ def test_ort_lstm_at_small_sizes_is_onnxruntime_bit_for_bit_on_every_isa(n_in, H
                 assert [n.op_type for n in sess.model.graph.nodes] == ["OrtLSTM"] and sess.fallbacks == []
                 got = sess.run(None, f)
                 for name, w, g in zip(("Y", "Y_h", "Y_c"), want, got, strict=True):
+                    assert np.array_equal(w.view(np.uint32), g.view(np.uint32)), (
+                        f"{isa}, {threads} threads: {name}"
+                    )
+    finally:
+        _native.clear_isa()
+    ref = InferenceSession(proto, SessionOptions(float_functions="ort"), backend="reference").run(None, f)
+    for w, g in zip(want, ref, strict=True):
+        assert np.array_equal(w.view(np.uint32), g.view(np.uint32))
+
+
+def rnn_rows_proto(op: str, n_in: int, H: int, T: int, B: int, direction: str, lbr: int):
+    """One LSTM / GRU with bias, initial states and ragged sequence_lens (0, 1, T and in
+    between when B > 1) for the AVX-512 product blocks of seq_gemm_simd.h."""
+    rng = np.random.default_rng(n_in * 7919 + H * 31 + T * 7 + B)
+    D = 2 if direction == "bidirectional" else 1
+    G = 4 if op == "LSTM" else 3
+    lens = [T] if B == 1 else [(T, 0, 1, T - 1, max(1, T // 2))[b % 5] for b in range(B)]
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((D, G * H, n_in)) * 0.2).astype(np.float32), "W"),
+        numpy_helper.from_array((rng.standard_normal((D, G * H, H)) * 0.2).astype(np.float32), "R"),
+        numpy_helper.from_array((rng.standard_normal((D, 2 * G * H)) * 0.5).astype(np.float32), "Bias"),
+        numpy_helper.from_array(np.array(lens, np.int32), "lens"),
+    ]
+    states = [helper.make_tensor_value_info("h0", TensorProto.FLOAT, [D, B, H])]
+    outs = ["y", "yh"]
+    attrs: dict = {"hidden_size": H, "direction": direction}
+    ins = ["x", "W", "R", "Bias", "lens", "h0"]
+    if op == "LSTM":
+        states.append(helper.make_tensor_value_info("c0", TensorProto.FLOAT, [D, B, H]))
+        ins.append("c0")
+        outs.append("yc")
+    else:
+        attrs["linear_before_reset"] = lbr
+    node = helper.make_node(op, ins, outs, **attrs)
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [T, B, n_in]), *states],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize(
+    ("op", "n_in", "H", "T", "B", "direction", "lbr"),
+    [
+        # batch 1 (seq_row_panels: every vector of a product in one k loop, chunks of whole
+        # panels): pyfrspell's encoder, z r 320 columns (20 vectors), h 160 (10)
+        ("GRU", 80, 160, 9, 1, "bidirectional", 1),
+        # z r 400 columns: 25 vectors, a chunk of 16 and one of 9; X·Wᵀ two MLAS k blocks
+        ("GRU", 300, 200, 3, 1, "forward", 0),
+        # 4·260 = 1040 columns: 65 vectors (24 + 24 + 17), H·Rᵀ two MLAS k blocks
+        ("LSTM", 266, 260, 2, 1, "reverse", 0),
+        # 4·7 = 28 columns: one short chunk of 2 vectors
+        ("LSTM", 5, 7, 4, 1, "forward", 0),
+        # six rows and more (rows_mlas: blocks of 12 rows or fewer, equal to a row, × 32
+        # columns): batch 13 (7 + 6 rows), 4·17 = 68 columns (32 + 32 + 4: one vector)
+        ("LSTM", 61, 17, 4, 13, "bidirectional", 0),
+        # oskut_ws's batch 42 (four blocks of 10-11 rows), z r 50 columns (32 + 18)
+        ("GRU", 7, 25, 3, 42, "forward", 1),
+        # batch 6, H·Rᵀ over 260 k (two MLAS blocks); 3·260 = 780 columns (24 blocks + 12)
+        ("GRU", 13, 260, 2, 6, "reverse", 0),
+        # batch 6 exactly (rows_mlas' smallest), 4·7 = 28 columns (two vectors, the second
+        # short); X·Wᵀ over 300 k
+        ("LSTM", 300, 7, 3, 6, "forward", 0),
+    ],
+)
+def test_ort_rnn_product_blocks_are_onnxruntime_bit_for_bit_on_every_isa(op, n_in, H, T, B, direction, lbr):
+    """OrtLSTM / OrtGRU at the shapes of the AVX-512 product blocks (batch 1: one k loop
+    over up to 24 vectors of the panels; six rows and more: 12-row × 32-column blocks) and
+    around them: ONNX Runtime's bytes on every ISA at 1 and 2 threads, and the twin's."""
+    from quanta.kernels import _native
+
+    proto = rnn_rows_proto(op, n_in, H, T, B, direction, lbr)
+    f = lstm_feeds(proto)
+    want = ort_run(proto, f)
+    kind = "OrtLSTM" if op == "LSTM" else "OrtGRU"
+    try:
+        for isa in _native.supported_isas():
+            _native.set_isa(isa)
+            for threads in (1, 2):
+                so = SessionOptions(float_functions="ort")
+                so.intra_op_num_threads = threads
+                sess = InferenceSession(proto, so)
+                assert [n.op_type for n in sess.model.graph.nodes] == [kind] and sess.fallbacks == []
+                got = sess.run(None, f)
+                assert len(got) == len(want)
+                for name, w, g in zip(("Y", "Y_h", "Y_c"), want, got, strict=False):
                     assert np.array_equal(w.view(np.uint32), g.view(np.uint32)), (
                         f"{isa}, {threads} threads: {name}"
                     )

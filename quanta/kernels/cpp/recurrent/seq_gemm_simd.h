@@ -8,9 +8,11 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "recurrent/float_rnn.h"
 #include "simd.h"
@@ -46,71 +48,83 @@ void seq_block(const float* a, int64_t lda, const float* w, int64_t ldw, float* 
     for (int v = 0; v < NV; ++v) T::store(y + r * ldy + n0 + L * v, m[v], acc[r][v]);
 }
 
-// One row over the same NV vectors of two panels (w0, w1: kSeqPanel floats a k step
-// each), each lane's chain as seq_block's: a vector ((RNN1) is GEMV-shaped for a batch-1
-// recurrence) streams two weight ranges at once, twice the cache misses in flight of one
-// (an H = 512 LSTM's R is 4 MB per direction, read from L3 at every time step). Each
-// panel is one contiguous stream (K rows of 512 bytes), which the hardware prefetchers
-// follow on their own: a software prefetch of every line a few k steps ahead costs a
-// load slot per line, and the loads are what bound this loop (one 64-byte line per ~2
-// cycles from L2 on Zen 4, ~2.5 from L3): with them, nsnet2's H = 400 GRU recurrence took
-// 27.6 us a step, 22.2 without (1.9 MB of R a step, ~90 GB/s).
-template <class T, int NV>
-void seq_row2(const float* a, const float* w0, const float* w1, float* y0, float* y1, int64_t K) {
+// One row over NV <= kRowPanelsMaxV vectors of columns that start a panel (float_rnn.h
+// kSeqPanel; vector v at panel v / 8, lanes 16·(v % 8) of its k-th row), all NV chains in
+// one k loop, each lane's chain as seq_block's (kFma false: (RNN1)) or seq_block_mlas's
+// (kFma: per block of kMlasStrideK k an FMA chain from +0, added to y with one addition
+// when accumulate or from the second block on, else stored). Only the columns below ncols
+// are written; the vectors are loaded whole (the panels are zero-padded to kSeqPanel
+// columns). The vector count is a template parameter, so the loop is NV loads and NV
+// multiply-adds with every accumulator in a register: the runtime vector counts of the
+// pair-of-panels loop this replaces compiled to a compare and a branch per vector and the
+// k counter and masks kept on the stack (a T = 10, H = 160 bidirectional OrtGRU node: 1.22
+// -> 0.86 of ONNX Runtime's time, benchmarks/results/2026-12-07h-rnn9.md). Up to 24 chains in flight
+// hide the multiply-add latency (4 cycles, 2 a cycle: 8 chains fill the ports) that a
+// step's 160-long chains would otherwise expose. Each panel is one contiguous stream (K
+// rows of 512 bytes) that the hardware prefetchers follow on their own: a software
+// prefetch of every line costs a load slot, and the loads bound this loop (nsnet2's H =
+// 400 GRU step, 1.9 MB of R: 27.6 us with them, 22.2 without).
+constexpr int kRowPanelsMaxV = 24;
+
+template <class T, int NV, bool kFma>
+__attribute__((noinline)) void row_panels(const float* a, const float* w, int64_t K, int64_t ncols, float* y,
+                                          bool accumulate) {
   constexpr int L = T::kLanes;
-  typename T::V acc0[NV], acc1[NV];
-#pragma GCC unroll 8
-  for (int v = 0; v < NV; ++v) acc0[v] = acc1[v] = T::zero();
-  for (int64_t k = 0; k < K; ++k) {
-    const typename T::V av = T::set1(a[k]);
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) {
-      acc0[v] = T::add(acc0[v], T::mul(av, T::loadu(w0 + k * kSeqPanel + L * v)));
-      acc1[v] = T::add(acc1[v], T::mul(av, T::loadu(w1 + k * kSeqPanel + L * v)));
+  constexpr int PV = static_cast<int>(kSeqPanel / L);
+  static_assert(NV >= 1 && NV <= kRowPanelsMaxV && NV <= 3 * PV, "row_panels: three panels at most");
+  using V = typename T::V;
+  const typename T::M last = T::tail(ncols - L * (NV - 1));
+  const int64_t block = kFma ? kMlasStrideK : K;
+  for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += block) {
+    const int64_t k1 = K < k0 + block ? K : k0 + block;
+    V acc[NV];
+#pragma GCC unroll 24
+    for (int v = 0; v < NV; ++v) acc[v] = T::zero();
+    const float* w0 = w + k0 * kSeqPanel;
+    const float* w1 = w0 + kSeqPanel * K;
+    const float* w2 = w1 + kSeqPanel * K;
+    for (int64_t k = k0; k < k1; ++k, w0 += kSeqPanel, w1 += kSeqPanel, w2 += kSeqPanel) {
+      const V av = T::set1(a[k]);
+#pragma GCC unroll 24
+      for (int v = 0; v < NV; ++v) {
+        const float* wv = (v < PV ? w0 : v < 2 * PV ? w1 : w2) + L * (v % PV);
+        acc[v] = kFma ? T::fmadd(av, T::loadu(wv), acc[v]) : T::add(acc[v], T::mul(av, T::loadu(wv)));
+      }
     }
-  }
-#pragma GCC unroll 8
-  for (int v = 0; v < NV; ++v) {
-    T::storeu(y0 + L * v, acc0[v]);
-    T::storeu(y1 + L * v, acc1[v]);
+    const bool add = kFma && (accumulate || k0 > 0);
+#pragma GCC unroll 24
+    for (int v = 0; v < NV; ++v) {
+      float* yv = y + L * v;
+      if (v + 1 < NV) {
+        T::storeu(yv, add ? T::add(acc[v], T::loadu(yv)) : acc[v]);
+      } else {
+        T::store(yv, last, add ? T::add(acc[v], T::load(last, yv)) : acc[v]);
+      }
+    }
+    if (block == 0) break;
   }
 }
 
-// One row over the columns the panel pairs leave (left < 2·kSeqPanel: a full panel and a
-// partial one, or one partial panel), both panels in one k loop, each lane's chain as
-// seq_block's, the vectors past the columns skipped (not loaded masked). A partial
-// panel's k-th row is kSeqPanel floats past its (k-1)-th, one or two lines of each
-// 512-byte row: taken one panel at a time (seq_block), the two tails of an H = 400 GRU's
-// recurrence (32 and 16 of its 1200 columns, behind a full panel) cost a fifth of the
-// step.
-template <class T, int NV>
-void seq_row_rest(const float* a, const float* w, int64_t K, int64_t left, float* y) {
+template <class T, bool kFma, int... I>
+constexpr auto row_panels_table(std::integer_sequence<int, I...>) {
+  using Fn = void (*)(const float*, const float*, int64_t, int64_t, float*, bool);
+  return std::array<Fn, sizeof...(I)>{&row_panels<T, I + 1, kFma>...};
+}
+
+// y [N] = a [K] · w (panels), a batch-1 product: row_panels over chunks of whole panels
+// (24 vectors, or 16 where 24 would leave fewer than 8 for the last chunk), the last chunk
+// the vectors left.
+template <class T, bool kFma>
+void seq_row_panels(const float* a, const float* w, int64_t K, int64_t N, float* y, bool accumulate) {
   constexpr int L = T::kLanes;
-  using V = typename T::V;
-  const int64_t n0 = left < kSeqPanel ? left : kSeqPanel, n1 = left - n0;
-  const float* w0 = w;
-  const float* w1 = w + kSeqPanel * K;
-  const int v0 = static_cast<int>((n0 + L - 1) / L), v1 = static_cast<int>((n1 + L - 1) / L);
-  typename T::M m0[NV], m1[NV];
-  V acc0[NV], acc1[NV];
-#pragma GCC unroll 8
-  for (int v = 0; v < NV; ++v) {
-    m0[v] = T::tail(n0 - L * v);
-    m1[v] = T::tail(n1 - L * v);
-    acc0[v] = acc1[v] = T::zero();
-  }
-  for (int64_t k = 0; k < K; ++k) {
-    const V av = T::set1(a[k]);
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) {
-      if (v < v0) acc0[v] = T::add(acc0[v], T::mul(av, T::load(m0[v], w0 + k * kSeqPanel + L * v)));
-      if (v < v1) acc1[v] = T::add(acc1[v], T::mul(av, T::load(m1[v], w1 + k * kSeqPanel + L * v)));
-    }
-  }
-#pragma GCC unroll 8
-  for (int v = 0; v < NV; ++v) {
-    if (v < v0) T::store(y + L * v, m0[v], acc0[v]);
-    if (v < v1) T::store(y + kSeqPanel + L * v, m1[v], acc1[v]);
+  static constexpr auto kFns = row_panels_table<T, kFma>(std::make_integer_sequence<int, kRowPanelsMaxV>());
+  const int64_t nvec = (N + L - 1) / L;
+  for (int64_t v0 = 0; v0 < nvec;) {
+    const int64_t left = nvec - v0;
+    const int64_t take = left <= kRowPanelsMaxV ? left : left >= kRowPanelsMaxV + 8 ? kRowPanelsMaxV : 16;
+    const int64_t c0 = v0 * L;
+    kFns[static_cast<size_t>(take - 1)](a, w + c0 * K, K, std::min(N - c0, take * L), y + c0, accumulate);
+    v0 += take;
   }
 }
 
@@ -595,15 +609,11 @@ void seq_gemm_simd(const float* a, int64_t lda, const float* w, int64_t K, int64
   }
   // Panel by panel (kSeqPanel columns, [K][kSeqPanel] contiguous): a panel stays in the
   // cache while every row block passes over it, and each k step reads contiguous bytes.
-  int64_t first = 0;
   if (M == 1 && NV * T::kLanes == kSeqPanel) {
-    // whole panel pairs of a single row: seq_row2
-    for (; first + 2 * kSeqPanel <= N; first += 2 * kSeqPanel)
-      seq_row2<T, NV>(a, w + first * K, w + (first + kSeqPanel) * K, y + first, y + first + kSeqPanel, K);
-    if (first < N) seq_row_rest<T, NV>(a, w + first * K, K, N - first, y + first);
+    seq_row_panels<T, false>(a, w, K, N, y, false);
     return;
   }
-  for (int64_t p0 = first; p0 < N; p0 += kSeqPanel) {
+  for (int64_t p0 = 0; p0 < N; p0 += kSeqPanel) {
     const float* wp = w + p0 * K;
     const int64_t np = N - p0 < kSeqPanel ? N - p0 : kSeqPanel;
     // One row at a time over the panel (in L2 after the first row): a 4-row register
@@ -741,49 +751,88 @@ void seq_rows4_mlas(const float* a, int64_t lda, const float* w, float* y, int64
 #undef QUANTA_SEQ_ROWS
 }
 
-// One row over two panels' columns at once for seq_gemm_mlas (left <= 2·kSeqPanel: a
-// pair, or the columns the pairs leave), each lane's chains as seq_block_mlas's: per
-// block of kMlasStrideK k, an FMA chain from +0 added to y with one addition (or stored).
-// Only the vectors that hold columns are loaded: seq_row2's and seq_row_rest's streaming
-// for OrtLSTM / OrtGRU, whose batch-1 recurrence read its panels one at a time
-// (nsnet2's OrtGRU, H = 400: R is 1.9 MB a step).
-template <class T, int NV>
-void seq_row_panels_mlas(const float* a, const float* w, int64_t K, int64_t left, float* y, bool accumulate) {
+// R <= kRowsMlasMax rows × NV <= 2 vectors at w (32 columns of a panel, kSeqPanel floats a
+// k step; only the columns below ncols written) over k steps [k0, k1) for seq_gemm_mlas:
+// each lane's chain from +0 in increasing k by fused multiply-adds, then added to y with
+// one addition (add) or stored, as seq_block_mlas. Two weight vectors a k step feed 2·R
+// accumulators (24 of the 32 registers), and the block's K × 32 columns (24 KB at K = 192)
+// stay in L1 while every row block of the product passes over them; four rows × 64
+// columns (seq_rows4_mlas) re-read K × 256 bytes per row block from L2 (oskut_ws's B = 42,
+// H = 192 bidirectional OrtLSTM node: 1.37 -> 1.19 of ONNX Runtime's time; a B = 6, H =
+// 256 one 1.97 -> 1.25; benchmarks/results/2026-12-07h-rnn9.md). The loads of the
+// weight vectors are whole (inside the zero-padded panel); the rows' values are
+// broadcast from memory into each multiply-add.
+constexpr int kRowsMlasMax = 12;
+
+template <class T, int R, int NV>
+__attribute__((noinline)) void rows_mlas(const float* a, int64_t lda, const float* w, int64_t k0, int64_t k1, float* y,
+                                         int64_t ldy, int64_t ncols, bool add) {
   constexpr int L = T::kLanes;
+  static_assert(R >= 1 && R <= kRowsMlasMax && (NV == 1 || NV == 2), "rows_mlas: blocks");
   using V = typename T::V;
-  const int64_t n0 = left < kSeqPanel ? left : kSeqPanel, n1 = left - n0;
-  const float* w0 = w;
-  const float* w1 = w + kSeqPanel * K;
-  const int v0 = static_cast<int>((n0 + L - 1) / L), v1 = static_cast<int>((n1 + L - 1) / L);
-  typename T::M m0[NV], m1[NV];
-#pragma GCC unroll 8
-  for (int v = 0; v < NV; ++v) {
-    m0[v] = T::tail(n0 - L * v);
-    m1[v] = T::tail(n1 - L * v);
+  V c[R][NV];
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) c[r][v] = T::zero();
+  const float* wk = w + k0 * kSeqPanel;
+  for (int64_t k = k0; k < k1; ++k, wk += kSeqPanel) {
+    V wv[NV];
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) {
+      wv[v] = T::loadu(wk + L * v);
+      __asm__("" : "+v"(wv[v]));  // one load per weight vector (seq_rows2_panel's reason)
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+      const V av = T::set1(a[r * lda + k]);
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) c[r][v] = T::fmadd(av, wv[v], c[r][v]);
+    }
   }
-  for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += kMlasStrideK) {
-    V acc0[NV], acc1[NV];
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) acc0[v] = acc1[v] = T::zero();
-    const int64_t k1 = K < k0 + kMlasStrideK ? K : k0 + kMlasStrideK;
-    for (int64_t k = k0; k < k1; ++k) {
-      const V av = T::set1(a[k]);
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) {
-        if (v < v0) acc0[v] = T::fmadd(av, T::load(m0[v], w0 + k * kSeqPanel + L * v), acc0[v]);
-        if (v < v1) acc1[v] = T::fmadd(av, T::load(m1[v], w1 + k * kSeqPanel + L * v), acc1[v]);
+  const typename T::M last = T::tail(ncols - L * (NV - 1));
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) {
+      float* yv = y + r * ldy + L * v;
+      if (v + 1 < NV) {
+        T::storeu(yv, add ? T::add(c[r][v], T::loadu(yv)) : c[r][v]);
+      } else {
+        T::store(yv, last, add ? T::add(c[r][v], T::load(last, yv)) : c[r][v]);
       }
     }
-    const bool add = accumulate || k0 > 0;
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) {
-      if (v < v0) {
-        float* yv = y + L * v;
-        T::store(yv, m0[v], add ? T::add(acc0[v], T::load(m0[v], yv)) : acc0[v]);
-      }
-      if (v < v1) {
-        float* yv = y + kSeqPanel + L * v;
-        T::store(yv, m1[v], add ? T::add(acc1[v], T::load(m1[v], yv)) : acc1[v]);
+}
+
+template <class T, int NV, int... I>
+constexpr auto rows_mlas_table(std::integer_sequence<int, I...>) {
+  using Fn = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float*, int64_t, int64_t, bool);
+  return std::array<Fn, sizeof...(I)>{&rows_mlas<T, I + 1, NV>...};
+}
+
+// seq_gemm_mlas for M >= kRowsMlasMin on AVX-512 (panels of 8 vectors): per block of 32
+// columns, per block of kMlasStrideK k, rows_mlas over the rows in ceil(M / kRowsMlasMax)
+// blocks of equal size (to a row: a lone last row would run two chains, latency-bound).
+// Under kRowsMlasMin rows, 2·R chains are too few to fill the multiply-add ports.
+constexpr int64_t kRowsMlasMin = 6;
+template <class T>
+void seq_gemm_mlas_rows(const float* a, int64_t lda, const float* w, int64_t K, int64_t N, float* y, int64_t ldy,
+                        int64_t M, bool accumulate) {
+  constexpr int L = T::kLanes;
+  static_assert(kSeqPanel % (2 * L) == 0, "seq_gemm_mlas_rows: panels of 32-column blocks");
+  static constexpr auto kOne = rows_mlas_table<T, 1>(std::make_integer_sequence<int, kRowsMlasMax>());
+  static constexpr auto kTwo = rows_mlas_table<T, 2>(std::make_integer_sequence<int, kRowsMlasMax>());
+  const int64_t blocks = (M + kRowsMlasMax - 1) / kRowsMlasMax;  // of M / blocks rows, rounded
+  for (int64_t n0 = 0; n0 < N; n0 += 2 * L) {
+    const float* wn = w + (n0 / kSeqPanel) * kSeqPanel * K + n0 % kSeqPanel;
+    const int64_t nc = N - n0 < 2 * L ? N - n0 : 2 * L;
+    const auto& fns = nc > L ? kTwo : kOne;
+    for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += kMlasStrideK) {
+      const int64_t k1 = K < k0 + kMlasStrideK ? K : k0 + kMlasStrideK;
+      const bool add = accumulate || k0 > 0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t m0 = b * M / blocks, m1 = (b + 1) * M / blocks;
+        fns[static_cast<size_t>(m1 - m0 - 1)](a + m0 * lda, lda, wn, k0, k1, y + m0 * ldy + n0, ldy, nc, add);
       }
     }
   }
@@ -800,11 +849,11 @@ void seq_gemm_mlas_simd(const float* a, int64_t lda, const float* w, int64_t K, 
     return;
   }
   if (M == 1 && kCols == kSeqPanel) {
-    // two panels a loop (the last loop: the columns left), as seq_gemm_simd's batch-1 path
-    for (int64_t first = 0; first < N; first += 2 * kSeqPanel) {
-      const int64_t left = N - first < 2 * kSeqPanel ? N - first : 2 * kSeqPanel;
-      seq_row_panels_mlas<T, NV>(a, w + first * K, K, left, y + first, accumulate);
-    }
+    seq_row_panels<T, true>(a, w, K, N, y, accumulate);
+    return;
+  }
+  if (kRows4 && kCols == kSeqPanel && M >= kRowsMlasMin) {
+    seq_gemm_mlas_rows<T>(a, lda, w, K, N, y, ldy, M, accumulate);
     return;
   }
   for (int64_t p0 = 0; p0 < N; p0 += kSeqPanel) {
