@@ -29,4 +29,5 @@ def test_docstring_examples(name: str) -> None:
     result = doctest.testmod(
         module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE, report=False
     )
+    assert result.attempted > 0, f"{name}: its '>>>' is in no docstring doctest finds"
     assert result.failed == 0, f"{name}: {result.failed} of {result.attempted} docstring examples failed"

@@ -4,7 +4,6 @@ kernels, so ORT's fused QLinearConv / MatMulInteger compute the file exactly on 
 
 from __future__ import annotations
 
-import doctest
 import itertools
 import json
 
@@ -17,7 +16,6 @@ import quanta
 from quanta.cli.main import main
 from quanta.kernels.reference import mlas_qconv
 from quanta.kernels.reference.mlas_qconv import mlas_qlinear_conv, saturation_correction
-from quanta.quantize import ort_pairs
 from quanta.quantize.ort_pairs import conv_partners, k_partners, pair_excess, pair_partners, project_pairs
 from quanta.quantize.ort_saturation import onnxruntime_int8_saturates, saturating_weights
 from quanta.quantize.recipe import Recipe, RecipeError
@@ -34,10 +32,6 @@ ort = pytest.importorskip("onnxruntime")
 
 CONVS = [(3, (3, 3)), (7, (3, 3)), (17, (3, 3)), (7, (1, 5))]  # C, kernel: K = 27, 63, 153, 35
 QMIN, QMAX = -127, 127
-
-
-def test_docstring_examples():
-    assert doctest.testmod(ort_pairs).failed == 0
 
 
 def ort_order(w: np.ndarray) -> np.ndarray:

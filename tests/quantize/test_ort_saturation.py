@@ -3,7 +3,6 @@ its int8 kernels saturate full-range int8 weights there; 7-bit weights run exact
 
 from __future__ import annotations
 
-import doctest
 import json
 
 import numpy as np
@@ -19,10 +18,6 @@ from tests.ir import models
 from tests.quantize.test_static import assert_reference_matches_ort_on_quantized_tensors, cnn_feeds
 
 pytest.importorskip("onnxruntime")
-
-
-def test_docstring_examples():
-    assert doctest.testmod(ort_saturation).failed == 0
 
 
 @pytest.mark.parametrize(

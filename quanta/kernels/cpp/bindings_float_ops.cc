@@ -23,6 +23,8 @@
 //                    avx512f=-1)                                     last axis, (SM1)-(SM5); its
 //                                                                    AVX-512F host's (SX1)-(SX2)
 //                                                                    when avx512f (-1: this host)
+//   host_runs_ort_avx512f() -> bool                                  whether avx512f=-1 takes the
+//                                                                    AVX-512F host's order
 //   ort_layer_norm_f32(x: f32, scale: f32, bias: f32 | None, axis, epsilon, kernel:
 //                      "layer_norm" | "simplified" | "skip", num_threads=1, out=None)
 //                                                                    ORT's LayerNorm kernels, (OL1)-(OL9)
@@ -324,6 +326,10 @@ void register_float_ops(py::module_& m) {
         "Softmax along the last axis of float32 x as ONNX Runtime's MLAS computes it, eqs. (SM1)-(SM5) "
         "of docs/float-ops.md, on an AVX-512F host (SX1) and (SX2): avx512f = 1 that order, 0 the "
         "AVX2 host's, -1 this host's (the twin: reference/ort_float.mlas_softmax_rows).");
+  m.def("host_runs_ort_avx512f", &float_ops::host_runs_ort_avx512f,
+        "Whether this CPU runs ONNX Runtime's AVX-512F Softmax, (SX1) and (SX2) of docs/float-ops.md: the "
+        "order mlas_softmax_f32(avx512f=-1) takes, read from CPUID and XCR0 as MLAS reads them "
+        "(reference/ort_host.onnxruntime_softmax_avx512f reports it).");
   m.def("ort_layer_norm_f32", &ort_layer_norm_f32, arg("x"), arg("scale"), arg("bias"), arg("axis"), arg("epsilon"),
         arg("kernel"), arg("num_threads") = 1, arg("out") = none,
         "x normalized over axes [axis, rank) as ONNX Runtime 1.32's LayerNormalization (kernel "

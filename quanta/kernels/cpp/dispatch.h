@@ -50,6 +50,10 @@ bool avx512bf16_active();
 void set_avx512bf16_override(bool enabled);  // throws std::invalid_argument if unsupported
 void clear_avx512bf16_override();
 
+// The CPU's vendor string is "GenuineIntel" (cpuid leaf 0): the MX tile picks its
+// rescale form by it (mx/mx.h tile12_form).
+bool cpu_vendor_intel();
+
 // One row of the dispatch table. The fallback convention is the same for every op: a
 // kernel runs with the active ISA's row when the op has one, else with the row of the
 // best supported ISA below it (select_kernel); portable rows exist for every op.

@@ -72,11 +72,28 @@ def onnxruntime_float_orders_modelled(flags: set[str] | None = None, machine: st
     return flags is not None and {"avx2", "fma"} <= flags and "avx512f" not in flags
 
 
+def _native_softmax_avx512f() -> bool | None:
+    """The native library's answer (``_native.host_runs_ort_avx512f``: CPUID and XCR0, as
+    MLAS reads them, and the order ``mlas_softmax_f32`` takes by default); None where the
+    library is not built."""
+    try:
+        from quanta.kernels import _native
+    except ImportError:
+        return None
+    return bool(_native.host_runs_ort_avx512f())
+
+
 def onnxruntime_softmax_avx512f(flags: set[str] | None = None, machine: str | None = None) -> bool:
     """True when ONNX Runtime's float Softmax on this CPU runs MLAS's AVX-512F sum-exp kernel
     (``MlasComputeSumExpF32KernelAvx512F``: docs/float-ops.md (SX1), (SX2)): MLAS's
-    platform table takes it on x86 with AVX2, FMA and AVX-512F (the flag Linux shows only
-    where the OS saves the AVX-512 state). False elsewhere and where the flags cannot be read.
+    platform table takes it on x86 with AVX2, FMA and AVX-512F usable (the OS saves the
+    AVX-512 state). False elsewhere and where the flags cannot be read.
+
+    This host (no ``flags``, no ``machine``): the native library's CPUID probe when it is
+    built, so the twin and the native kernel take one order; /proc/cpuinfo's flags
+    without it. The two can differ: an emulator's CPU model (QEMU's ``-cpu Haswell``)
+    answers CPUID without AVX-512F while /proc/cpuinfo shows the real host's flags, and
+    ONNX Runtime, like the native library, follows CPUID.
 
     >>> onnxruntime_softmax_avx512f({"avx2", "fma", "avx512f"}, "x86_64")
     True
@@ -87,6 +104,10 @@ def onnxruntime_softmax_avx512f(flags: set[str] | None = None, machine: str | No
     >>> onnxruntime_softmax_avx512f({"asimd"}, "aarch64")
     False
     """
+    if flags is None and machine is None:
+        native = _native_softmax_avx512f()
+        if native is not None:
+            return native
     flags = _x86_flags(flags, machine)
     return flags is not None and {"avx2", "fma", "avx512f"} <= flags
 

@@ -57,7 +57,7 @@ import collections
 import functools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -1130,6 +1130,41 @@ def _pair(values: list[int] | tuple[int, ...], one_d_fill: int) -> tuple[int, in
     return (one_d_fill, int(values[0])) if len(values) == 1 else (int(values[0]), int(values[1]))
 
 
+class _PoolGeometry(NamedTuple):
+    """A QLinearAveragePool's geometry on one input: the 2-D kernel's window arguments
+    (``(kernel, strides, leading pads, out_spatial)``, a 1-D pool as one row), the output's
+    spatial shape, and whether it is the twin's global case (kernel = input, no pads), which
+    the twin (as ORT) computes as the integer global average."""
+
+    window: tuple[tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, int]]
+    out_spatial: tuple[int, ...]
+    is_global: bool
+
+
+def _average_pool_geometry(
+    in_spatial: tuple[int, ...],
+    kernel_shape: list[int],
+    strides: list[int] | None,
+    pads: list[int] | None,
+    auto_pad: str,
+    ceil_mode: int,
+) -> _PoolGeometry | None:
+    """ORT's geometry of a QLinearAveragePool over ``in_spatial``, or None when the native
+    kernel does not take it: a kernel, strides or pads of another rank than the input's, a
+    stride or kernel below 1, or negative pads (the twin's ``np.pad`` raises)."""
+    n_sp = len(in_spatial)
+    kernel = [int(k) for k in kernel_shape]
+    st = [int(s) for s in strides] if strides else [1] * n_sp
+    pd = [int(p) for p in pads] if pads else [0] * (2 * n_sp)
+    if len(kernel) != n_sp or len(st) != n_sp or len(pd) != 2 * n_sp or any(v < 1 for v in st + kernel):
+        return None
+    pd, out_spatial = _ort_pool_geometry(in_spatial, kernel, st, pd, auto_pad, bool(ceil_mode))
+    if any(p < 0 for p in pd):
+        return None
+    window = (_pair(kernel, 1), _pair(st, 1), _pair(pd[:n_sp], 0), _pair(out_spatial, 1))
+    return _PoolGeometry(window, tuple(out_spatial), list(in_spatial) == kernel and not any(pd))
+
+
 @_with_fallback("QLinearAveragePool", MS_DOMAIN)
 def _qlinear_average_pool_native(
     ctx: Any,
@@ -1157,32 +1192,19 @@ def _qlinear_average_pool_native(
         raise _Unsupported
     dt = x.dtype
     xc = np.ascontiguousarray(np.moveaxis(x, -1, 1)) if channels_last else x
-    n_sp = xc.ndim - 2
-    in_spatial = tuple(xc.shape[2:])
-    kernel = [int(k) for k in kernel_shape]
-    if len(kernel) != n_sp:
+    geometry = _average_pool_geometry(tuple(xc.shape[2:]), kernel_shape, strides, pads, auto_pad, ceil_mode)
+    if geometry is None:
         raise _Unsupported
-    st = [int(s) for s in strides] if strides else [1] * n_sp
-    pd = [int(p) for p in pads] if pads else [0] * (2 * n_sp)
-    if len(st) != n_sp or len(pd) != 2 * n_sp or any(s < 1 for s in st) or any(k < 1 for k in kernel):
-        raise _Unsupported
-    pd, out_shape = _ort_pool_geometry(in_spatial, kernel, st, pd, auto_pad, bool(ceil_mode))
-    if any(p < 0 for p in pd):
-        raise _Unsupported  # the twin's np.pad raises
     sx, sy = _f32_scalar(x_scale), _f32_scalar(y_scale)
     zx, zy = _zp_scalar(x_zero_point, dt), _zp_scalar(y_zero_point, dt)
     direct_out = out if not channels_last else None
-    if list(in_spatial) == kernel and not any(pd):
-        # The twin (as ORT) switches to the integer global average here.
+    if geometry.is_global:
         y = _gap(ctx, xc, sx, zx, sy, zy, False, direct_out)
     else:
         y4_out = None if direct_out is None else _as_2d(direct_out)
         y = _native().qlinear_average_pool_2d(
             _as_2d(xc),
-            _pair(kernel, 1),
-            _pair(st, 1),
-            _pair(pd[:n_sp], 0),
-            _pair(out_shape, 1),
+            *geometry.window,
             float(sx),
             zx,
             float(sy),
@@ -1191,7 +1213,7 @@ def _qlinear_average_pool_native(
             _threads(ctx),
             y4_out,
         )
-        y = y.reshape(xc.shape[:2] + tuple(out_shape)) if y4_out is None else direct_out
+        y = y.reshape(xc.shape[:2] + geometry.out_spatial) if y4_out is None else direct_out
     if not channels_last:
         return y
     y = np.moveaxis(y, 1, -1)
@@ -1231,21 +1253,15 @@ def _qlinear_average_pool_specialized(
     cl = bool(channels_last)
     n, c = shape[0], shape[-1] if cl else shape[1]
     in_spatial = tuple(shape[1:-1] if cl else shape[2:])
-    n_sp = len(in_spatial)
-    kernel = [int(k) for k in kernel_shape]
-    st = [int(v) for v in strides] if strides else [1] * n_sp
-    pd = [int(v) for v in pads] if pads else [0] * (2 * n_sp)
-    if len(kernel) != n_sp or len(st) != n_sp or len(pd) != 2 * n_sp or min(st + kernel) < 1:
-        return None
-    pd, out_spatial = _ort_pool_geometry(in_spatial, kernel, st, pd, auto_pad, bool(ceil_mode))
-    if any(v < 0 for v in pd) or (list(in_spatial) == kernel and not any(pd)):
+    g = _average_pool_geometry(in_spatial, kernel_shape, strides, pads, auto_pad, ceil_mode)
+    if g is None or g.is_global:
         return None
     try:
         sx, sy = float(_f32_scalar(sig.consts[1])), float(_f32_scalar(sig.consts[3]))
         zx, zy = _zp_scalar(sig.consts[2], dt), _zp_scalar(sig.consts[4], dt)
     except _Unsupported:
         return None
-    geometry = (_pair(kernel, 1), _pair(st, 1), _pair(pd[:n_sp], 0), _pair(out_spatial, 1))
+    geometry, out_spatial = g.window, g.out_spatial
     pool, transpose = _native().qlinear_average_pool_2d, _native().transpose_batched
     threads, out, include = step_threads(sig, math.prod(shape)), sig.out, bool(count_include_pad)
     nchw, s_in, s_out = (n, c, *in_spatial), math.prod(in_spatial), math.prod(out_spatial)
@@ -1268,14 +1284,29 @@ def _qlinear_average_pool_specialized(
             )
             return out if out is not None else y4.reshape(out_nchw)
 
+    elif out is not None:
+        # A call with a planned output runs under its BoundRun's arena lock, one run at a
+        # time (quanta.runtime.execute), so its NCHW scratch (the input and the pooled
+        # output) is allocated once, here
+        xc, y4 = np.empty(nchw, dt), np.empty(out_nchw, dt)
+        xc4, y44 = _as_2d(xc), _as_2d(y4)
+
+        def call(x: np.ndarray, *rest: Any) -> np.ndarray:
+            transpose(x, n, s_in, c, threads, xc)  # [N, S, C] -> [N, C, S]
+            pool(xc4, *geometry, sx, zx, sy, zy, include, threads, y44)
+            transpose(y44, n, c, s_out, threads, out)  # [N, C, S'] -> [N, S', C]
+            return out
+
     else:
+        # Without a planned output, runs of an arena-free BoundRun may call this at once
+        # from several threads: each call has its own scratch
         out_nhwc = (n, *out_spatial, c)
 
         def call(x: np.ndarray, *rest: Any) -> np.ndarray:
             xc = np.empty(nchw, dt)
             transpose(x, n, s_in, c, threads, xc)  # [N, S, C] -> [N, C, S]
             y4 = pool(_as_2d(xc), *geometry, sx, zx, sy, zy, include, threads, None)
-            y = out if out is not None else np.empty(out_nhwc, dt)
+            y = np.empty(out_nhwc, dt)
             transpose(y4, n, c, s_out, threads, y)  # [N, C, S'] -> [N, S', C]
             return y
 

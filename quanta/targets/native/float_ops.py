@@ -258,12 +258,25 @@ def _softmax_specialized(sig: Specialization, *, axis: int | None = None) -> Any
         outer, c, inner = math.prod(shape[:a]), shape[a], math.prod(shape[a + 1 :])
         transpose = _native().transpose_batched
 
-        def middle(x: np.ndarray, *rest: Any) -> np.ndarray:
-            moved = np.empty((outer, inner, c), F32)
-            transpose(x, outer, c, inner, threads, moved)
-            y = out if out is not None else np.empty(shape, F32)
-            transpose(softmax(moved, threads), outer, inner, c, threads, y)
-            return y
+        if out is not None:
+            # a call with a planned output runs under its BoundRun's arena lock, one run
+            # at a time (quanta.runtime.execute): its scratch rows are allocated once
+            moved, rows_y = np.empty((outer, inner, c), F32), np.empty((outer, inner, c), F32)
+
+            def middle(x: np.ndarray, *rest: Any) -> np.ndarray:
+                transpose(x, outer, c, inner, threads, moved)
+                transpose(softmax(moved, threads, rows_y), outer, inner, c, threads, out)
+                return out
+        else:
+            # runs of an arena-free BoundRun may call this at once from several threads:
+            # each call has its own scratch
+
+            def middle(x: np.ndarray, *rest: Any) -> np.ndarray:
+                moved = np.empty((outer, inner, c), F32)
+                transpose(x, outer, c, inner, threads, moved)
+                y = np.empty(shape, F32)
+                transpose(softmax(moved, threads), outer, inner, c, threads, y)
+                return y
 
         return guarded(middle, _softmax_native, {"axis": axis}, out, reads=1)
     if a != len(shape) - 1:

@@ -16,8 +16,6 @@ are checked bit for bit against ORT's Sigmoid and Tanh ops on 1.3 million inputs
 
 from __future__ import annotations
 
-import doctest
-import importlib
 import logging
 from fractions import Fraction
 
@@ -352,8 +350,3 @@ def test_registered_and_errors_name_the_contract():
         dynamic_quantize_lstm(
             x, w, r, None, None, None, None, None, s, np.ones(1, np.int8), s, z, hidden_size=2
         )
-
-
-def test_doctests():
-    result = doctest.testmod(importlib.import_module("quanta.kernels.reference.ms_lstm"))
-    assert result.failed == 0 and result.attempted > 0

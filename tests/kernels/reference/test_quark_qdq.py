@@ -7,7 +7,6 @@ cases, every bit equal)."""
 
 from __future__ import annotations
 
-import doctest
 import math
 import struct
 
@@ -257,10 +256,6 @@ def test_rounding_modes_on_ties_and_the_sign_of_zero():
 def test_bfp_prime_is_refused_with_its_name():
     with pytest.raises(quark_qdq.OpError, match="to_bfp_prime"):
         quark_qdq.bfp_quantize_dequantize(np.ones(8, np.float32), bfp_method="to_bfp_prime")
-
-
-def test_docstring_examples():
-    assert doctest.testmod(quark_qdq).failed == 0
 
 
 def session(op: str, **attrs) -> quanta.InferenceSession:

@@ -1,13 +1,11 @@
 """Requantization, float (eq. (6)) and fixed-point (eq. (7)): golden vectors and hazards.
 
-See docs/quantization-math.md. Every docstring example in the reference modules runs here
-too (test_docstring_examples), so the formulas written in comments are evaluated.
+See docs/quantization-math.md. The docstring examples of the reference modules run in
+tests/test_doctests.py, so the formulas written in comments are evaluated.
 """
 
 from __future__ import annotations
 
-import doctest
-import importlib
 from fractions import Fraction
 
 import numpy as np
@@ -25,25 +23,6 @@ from quanta.kernels.reference.requant import (
 )
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-
-REFERENCE_MODULES = [
-    "quanta.kernels.reference.requant",
-    "quanta.kernels.reference.quantize",
-    "quanta.kernels.reference.integer_ops",
-    "quanta.kernels.reference.conv_geometry",
-    "quanta.kernels.reference.qlinear_matmul",
-    "quanta.kernels.reference.qlinear_conv",
-    "quanta.kernels.reference.ms_qlinear",
-]
-
-
-@pytest.mark.parametrize("name", REFERENCE_MODULES)
-def test_docstring_examples(name):
-    """Formulas in docstrings drift from code unless something evaluates them (docs/style.md §5)."""
-    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.failed == 0
-    assert result.attempted > 0
-
 
 # ----------------------------------------------------------------------------- eq. (6)
 

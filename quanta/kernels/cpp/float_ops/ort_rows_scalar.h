@@ -110,40 +110,52 @@ inline float fast_gelu_one(float x) {
   return (0.5f * x) * (recurrent::tanh_one(a) + 1.0f);
 }
 
-inline void softmax_rows(const float* x, float* y, int64_t rows, int64_t d) {
+// The two lane orders of ORT's Softmax rows: what differs between an AVX2 host's MLAS
+// kernel and an AVX-512F host's is the lane count, the exponential and the lane fold.
+// (SM2), (SM3): the AVX2 host's 8 lanes
+struct Avx2SoftmaxOrder {
+  static constexpr int kLanes = 8;
+  static QUANTA_ORT_ROWS_INLINE float exp(float v) { return sum_exp_one(v); }
+  static QUANTA_ORT_ROWS_INLINE float fold(const float* l) { return sum8_pairs(l); }
+};
+
+// (SX1), (SX2): the AVX-512F host's 16 lanes (a masked last vector adds nothing to its
+// empty lanes)
+struct Avx512fSoftmaxOrder {
+  static constexpr int kLanes = 16;
+  static QUANTA_ORT_ROWS_INLINE float exp(float v) { return sum_exp_one_scalef(v); }
+  static QUANTA_ORT_ROWS_INLINE float fold(const float* l) { return sum16_folded(l); }
+};
+
+// (SM1), Order's exponential and lane sum, (SM4), (SM5): ORT's Softmax one element at a
+// time in Order's lane order
+template <class Order>
+QUANTA_ORT_ROWS_INLINE void softmax_rows_in_order(const float* x, float* y, int64_t rows, int64_t d) {
+  constexpr int kLanes = Order::kLanes;
   for (int64_t row = 0; row < rows; ++row) {
     const float* xr = x + row * d;
     float* yr = y + row * d;
     float m = std::numeric_limits<float>::lowest();  // (SM1)
     for (int64_t i = 0; i < d; ++i) m = max_skip_nan(m, xr[i]);
     const float neg = -m;
-    float lanes[8] = {};
+    float lanes[kLanes] = {};
     for (int64_t i = 0; i < d; ++i) {
-      yr[i] = sum_exp_one(xr[i] + neg);     // (SM2)
-      lanes[i % 8] = lanes[i % 8] + yr[i];  // (SM3)
+      yr[i] = Order::exp(xr[i] + neg);                // (SM2) / (SX1)
+      lanes[i % kLanes] = lanes[i % kLanes] + yr[i];  // (SM3) / (SX2)
     }
-    const float r = 1.0f / sum8_pairs(lanes);    // (SM4)
+    const float r = 1.0f / Order::fold(lanes);   // (SM4)
     for (int64_t i = 0; i < d; ++i) yr[i] *= r;  // (SM5)
   }
 }
 
-// (SM1), (SX1), (SX2), (SM4), (SM5): ORT's Softmax on an AVX-512F host, one element at a
-// time in the 16-lane order (a masked last vector adds nothing to its empty lanes)
+// The Kernels tables' entries: their addresses go into the portable and AVX2 tables, so
+// they are ordinary inline functions, and no AVX-512 TU refers to them
+inline void softmax_rows(const float* x, float* y, int64_t rows, int64_t d) {
+  softmax_rows_in_order<Avx2SoftmaxOrder>(x, y, rows, d);
+}
+
 inline void softmax_rows_avx512f(const float* x, float* y, int64_t rows, int64_t d) {
-  for (int64_t row = 0; row < rows; ++row) {
-    const float* xr = x + row * d;
-    float* yr = y + row * d;
-    float m = std::numeric_limits<float>::lowest();  // (SM1)
-    for (int64_t i = 0; i < d; ++i) m = max_skip_nan(m, xr[i]);
-    const float neg = -m;
-    float lanes[16] = {};
-    for (int64_t i = 0; i < d; ++i) {
-      yr[i] = sum_exp_one_scalef(xr[i] + neg);  // (SX1)
-      lanes[i % 16] = lanes[i % 16] + yr[i];    // (SX2)
-    }
-    const float r = 1.0f / sum16_folded(lanes);  // (SM4)
-    for (int64_t i = 0; i < d; ++i) yr[i] *= r;  // (SM5)
-  }
+  softmax_rows_in_order<Avx512fSoftmaxOrder>(x, y, rows, d);
 }
 
 // (OL3) over v[0, d): lanes of fma, then the 4-product and fma tails

@@ -39,11 +39,6 @@
 #include "qgemm/qgemm.h"
 
 namespace quanta {
-
-// The CPU's vendor string is "GenuineIntel" (dispatch.cc, where cpuid is read): the MX
-// tile picks its rescale form by it (tile12_form below).
-bool cpu_vendor_intel();
-
 namespace mx {
 
 enum class Elem : int { kInt8 = 0, kE4M3 = 1, kE5M2 = 2, kE3M2 = 3, kE2M3 = 4, kE2M1 = 5 };
