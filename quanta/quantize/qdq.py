@@ -673,10 +673,19 @@ def resolve_params(
         t.qtype = bias_params(x_t.qtype, w_t.qtype)
 
 
+#: float types NumPy tests and reduces natively (an ml_dtypes type takes the float64 path)
+_NATIVE_FLOATS = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
+
+
 def _non_finite_reason(c: np.ndarray) -> str | None:
     """Why a constant (weight, bias) has no quantized form, or None: a NaN or an infinity
     has no place on an integer grid, and one of them would make every scale of its
     channel (or of the tensor) infinite or NaN."""
+    c = np.asarray(c)
+    # the test in the constant's own type (a float64 copy of 85 MB of float32 weights
+    # costs more than the test): converting to float64 keeps every value finite or not
+    if c.dtype in _NATIVE_FLOATS and np.isfinite(c).all():
+        return None
     c64 = np.asarray(c, dtype=np.float64)
     finite = np.isfinite(c64)
     if finite.all():
@@ -1019,12 +1028,17 @@ def _weight_type(w: np.ndarray, t: TensorPlan, expressed: FloatType, recipe: Rec
     reduce = seven_bit(t, recipe)
     if t.block is not None and t.axis is not None:
         return _blocked_weight_type(w, t.axis, t.block, t.storage, expressed, t.symmetric, reduce)
-    w64 = np.asarray(w, dtype=np.float64)
+    w = np.asarray(w)
+    # the extrema in the weight's own type, then widened: float64 conversion is exact
+    # and keeps the order, so they are the extrema of the float64 copy, without the copy
+    wv = w if w.dtype in _NATIVE_FLOATS else np.asarray(w, dtype=np.float64)
     if t.axis is None:
-        cal = CalibratedType(expressed, float(w64.min(initial=0.0)), float(w64.max(initial=0.0)))
+        cal = CalibratedType(expressed, float(wv.min(initial=0.0)), float(wv.max(initial=0.0)))
     else:
-        moved = np.moveaxis(w64, t.axis, 0).reshape(w64.shape[t.axis], -1)
-        cal = CalibratedType(expressed, tuple(moved.min(axis=1)), tuple(moved.max(axis=1)), axis=t.axis)
+        moved = np.moveaxis(wv, t.axis, 0).reshape(wv.shape[t.axis], -1)
+        lo = moved.min(axis=1).astype(np.float64)
+        hi = moved.max(axis=1).astype(np.float64)
+        cal = CalibratedType(expressed, tuple(lo), tuple(hi), axis=t.axis)
     return params_from_range(cal, t.storage, symmetric=t.symmetric, reduce_range=reduce)
 
 
