@@ -51,7 +51,8 @@ from quanta.ir.graph import Graph, Node, Value
 from quanta.ir.op_facts import QdqRole, derive
 from quanta.ir.types import F32, CalibratedType, FloatType, IntType, QuantType, TensorType
 from quanta.kernels.reference.conv_geometry import is_depthwise
-from quanta.kernels.reference.quantize import quantize_linear
+from quanta.kernels.reference.quantize import expand_param, quantize_linear
+from quanta.kernels.reference.requant import storage_range
 from quanta.quantize.params import adjust_weight_scale_for_bias, bias_params, params_from_range, quantize_bias
 from quanta.quantize.recipe import Recipe, storage_from_name
 
@@ -1164,6 +1165,35 @@ def _after(graph: Graph, v: Value) -> Node | None:
     return graph.nodes[k + 1] if k + 1 < len(graph.nodes) else None
 
 
+#: storage types :func:`quantize_weight` takes: every bound qmin − zp, qmax − zp is exact in float32
+_FLOAT32_BOUNDED = frozenset(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16))
+
+
+def quantize_weight(
+    w: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, axis: int | None, dtype: Any
+) -> np.ndarray:
+    """``quantize_linear(w, scale, zero_point, axis=axis, dtype=dtype)`` (eq. (2)), bit for
+    bit, for a float32 weight with float32 scales, per tensor or per axis, on 8- or 16-bit
+    integer storage: the same float32 division and rounding, then the clamp in float32 in
+    the same buffer. The reference widens the whole weight to float64 and int64 for the
+    clamp (eq. (24)'s candidates quantize rxnmap's 21M weights each); in float32 the
+    bounds are exact integers, so every comparison, NaN -> qmin included, comes out the
+    same. Anything else goes to the reference."""
+    x, s, dt = np.asarray(w), np.asarray(scale), np.dtype(dtype)
+    if x.dtype != np.float32 or s.dtype != np.float32 or dt not in _FLOAT32_BOUNDED:
+        return quantize_linear(x, s, zero_point, axis=axis, dtype=dt)
+    qmin, qmax = storage_range(dt)
+    zp = expand_param(np.asarray(zero_point), x.shape, axis, None, "zero_point").astype(np.int32)
+    q = np.asarray(np.divide(x, expand_param(s, x.shape, axis, None, "scale"), dtype=np.float32))
+    np.rint(q, out=q)
+    np.fmax(q, (qmin - zp).astype(np.float32), out=q)
+    np.minimum(q, (qmax - zp).astype(np.float32), out=q)
+    out = q.astype(np.int32)
+    out += zp
+    res = out.astype(dt)
+    return res if res.ndim else res[()]
+
+
 def _insert_constant_dq(graph: Graph, node: Node, idx: int, w: Value, t: TensorPlan) -> None:
     q = t.qtype
     assert q is not None
@@ -1171,6 +1201,14 @@ def _insert_constant_dq(graph: Graph, node: Node, idx: int, w: Value, t: TensorP
         data = quantize_bias(w.const if t.values is None else t.values, q)
     elif t.codes is not None:
         data = t.codes
+    elif q.block is None:
+        data = quantize_weight(
+            np.asarray(w.const, dtype=np.float32),
+            q.scale_array(),
+            q.zero_point_array(),
+            q.axis,
+            q.storage.numpy,
+        )
     else:
         data = quantize_linear(
             np.asarray(w.const, dtype=np.float32),

@@ -61,3 +61,47 @@ def test_non_finite_reason_equals_that_of_the_float64_copy(dtype):
         assert reason is not None and reason == _non_finite_reason(np.asarray(v, np.float64))
         assert f"among its {v.size}" in reason
     assert reason.startswith("1 NaN and 2 infinite")
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint16])
+@pytest.mark.parametrize(
+    ("shape", "axis"), [((17, 7, 3, 3), 0), ((263, 7), 1), ((3, 259), 0), ((7, 33), None), ((), None)]
+)
+def test_quantize_weight_equals_the_reference_quantize_linear(dtype, shape, axis):
+    """qdq.quantize_weight, the float32 clamp of insert_qdq's weights, against the
+    reference quantize_linear, bit for bit: distinct scales and zero points per channel
+    (none 0 on the unsigned grids), exact ties (k + 0.5)·s of both signs, values far past
+    either bound, ±inf, NaN (-> qmin, as the reference), signed zeros."""
+    from quanta.kernels.reference.quantize import quantize_linear
+    from quanta.kernels.reference.requant import storage_range
+    from quanta.quantize.qdq import quantize_weight
+
+    rng = np.random.default_rng(sum(shape) + np.dtype(dtype).itemsize * 7 + (axis or 0))
+    qmin, qmax = storage_range(dtype)
+    n = 1 if axis is None else shape[axis]
+    scale = (rng.uniform(0.5, 2.0, n) * (0.01 if np.dtype(dtype).itemsize == 1 else 1e-4)).astype(np.float32)
+    span = qmax - qmin
+    zp = rng.integers(qmin + span // 8, qmax - span // 8, n, endpoint=True).astype(dtype)
+    if axis is None:
+        scale, zp = scale.reshape(()), zp.reshape(())
+    bshape = [1] * len(shape)
+    if axis is not None:
+        bshape[axis] = n
+    s_b = scale.reshape(bshape).astype(np.float64)
+    x = rng.standard_normal(shape) * s_b * span * 0.4
+    flat = x.reshape(-1)
+    if flat.size > 40:
+        k = rng.integers(-span // 2, span // 2, 16)
+        flat[:16] = (k + 0.5) * np.broadcast_to(s_b, shape).reshape(-1)[:16]  # exact ties
+        flat[16:20] = [np.inf, -np.inf, np.nan, -0.0]
+        flat[20:24] = [1e30, -1e30, 3e4, -3e4]
+    w = x.astype(np.float32)
+    got = quantize_weight(w, scale, zp, axis, dtype)
+    want = quantize_linear(w, scale, zp, axis=axis, dtype=dtype)
+    assert np.asarray(got).dtype == np.asarray(want).dtype == np.dtype(dtype)
+    assert np.asarray(got).shape == np.asarray(want).shape
+    np.testing.assert_array_equal(got, want)
+    if flat.size > 40:
+        codes = np.asarray(got).reshape(-1)
+        assert codes[18] == qmin  # NaN
+        assert (codes == qmin).any() and (codes == qmax).any()
