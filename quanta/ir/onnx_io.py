@@ -1160,6 +1160,22 @@ _PLAIN_DTYPES = frozenset(
 _ARRAY_MIN_BYTES = 4096  # smaller initializers stay in the proto: no buffer of their own
 
 
+def _tensor_into(t: onnx.TensorProto, a: np.ndarray, name: str) -> None:
+    """``numpy_helper.from_array(a, name)`` written into ``t``, an empty tensor already in
+    its graph (no copy of the bytes into a message of its own first). A plain numeric
+    array is written as from_array writes it: dims, the name when it has one, the
+    little-endian bytes and the type; any other (strings, packed 4-bit, float8) through
+    from_array itself."""
+    if a.dtype not in _PLAIN_DTYPES:
+        t.CopyFrom(numpy_helper.from_array(a, name))
+        return
+    t.dims.extend(a.shape)
+    if name:
+        t.name = name
+    t.raw_data = numpy_helper.tobytes_little_endian(a)
+    t.data_type = helper.np_dtype_to_tensor_dtype(a.dtype)
+
+
 def to_proto(
     model: Model, *, data_limit: int | None = None, arrays: dict[str, np.ndarray] | None = None
 ) -> onnx.ModelProto:
@@ -1177,17 +1193,24 @@ def to_proto(
     out-of-band buffers, Ray's object store) where the weights would otherwise be copied
     into the proto, its serialisation and the pickle of those bytes."""
     g = model.graph
-    init_protos = []
+    # The proto is built in place: each initializer's bytes are written once, into the
+    # model's own graph. onnx.helper's make_graph / make_model copy every initializer
+    # twice more (extend, then CopyFrom of the whole graph): 85 MB of weights cost about
+    # as much again in copies as in conversion. The fields set are the ones make_graph
+    # and make_model set (proto2: a field set to its default is still written), so the
+    # serialized bytes are the same.
+    proto = onnx.ModelProto()
+    graph = proto.graph
+    inits = graph.initializer
     typed_only = []
     little = sys.byteorder == "little"
     for name, v in g.initializers.items():
         a = np.asarray(v.const)
         if arrays is not None and little and a.dtype in _PLAIN_DTYPES and a.nbytes >= _ARRAY_MIN_BYTES:
-            bare = onnx.TensorProto()
+            bare = inits.add()
             bare.name = name
             bare.dims.extend(a.shape)
             bare.data_type = helper.np_dtype_to_tensor_dtype(a.dtype)
-            init_protos.append(bare)
             arrays[name] = np.ascontiguousarray(a)
             continue
         if data_limit is not None and a.size > data_limit:
@@ -1198,10 +1221,10 @@ def to_proto(
             if elem is not None:
                 typed_only.append(helper.make_tensor_value_info(name, elem, list(a.shape)))
                 continue
-        init_protos.append(numpy_helper.from_array(a, name))
+        _tensor_into(inits.add(), a, name)
     for v in g.inputs:  # an input with a default value (overridable initializer)
         if v.const is not None and v.name not in g.initializers:
-            init_protos.append(numpy_helper.from_array(np.asarray(v.const), v.name))
+            _tensor_into(inits.add(), np.asarray(v.const), v.name)
     nodes = []
     for n in g.nodes:
         node = onnx.NodeProto()
@@ -1238,17 +1261,19 @@ def to_proto(
         for v in n.outputs
         if v.name not in io_names and v.type is not None and v.doc != "omitted optional output"
     ]
-    graph = helper.make_graph(
-        nodes, g.name, inputs, outputs, init_protos, doc_string=g.doc or None, value_info=value_info
-    )
-    opsets = [helper.make_opsetid(d, v) for d, v in sorted(model.opset_imports.items())]
-    proto = helper.make_model(
-        graph,
-        opset_imports=opsets,
-        producer_name=model.producer_name or "quanta",
-        producer_version=model.producer_version,
-        ir_version=model.ir_version,
-    )
+    # what helper.make_graph sets
+    graph.node.extend(nodes)
+    graph.name = g.name
+    graph.input.extend(inputs)
+    graph.output.extend(outputs)
+    graph.value_info.extend(value_info)
+    if g.doc:
+        graph.doc_string = g.doc
+    # what helper.make_model sets
+    proto.opset_import.extend(helper.make_opsetid(d, v) for d, v in sorted(model.opset_imports.items()))
+    proto.producer_name = model.producer_name or "quanta"
+    proto.producer_version = model.producer_version
+    proto.ir_version = model.ir_version
     proto.model_version = model.model_version
     if model.doc:
         proto.doc_string = model.doc

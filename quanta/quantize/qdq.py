@@ -51,7 +51,8 @@ from quanta.ir.graph import Graph, Node, Value
 from quanta.ir.op_facts import QdqRole, derive
 from quanta.ir.types import F32, CalibratedType, FloatType, IntType, QuantType, TensorType
 from quanta.kernels.reference.conv_geometry import is_depthwise
-from quanta.kernels.reference.quantize import quantize_linear
+from quanta.kernels.reference.quantize import expand_param, quantize_linear
+from quanta.kernels.reference.requant import storage_range
 from quanta.quantize.params import adjust_weight_scale_for_bias, bias_params, params_from_range, quantize_bias
 from quanta.quantize.recipe import Recipe, storage_from_name
 
@@ -673,10 +674,19 @@ def resolve_params(
         t.qtype = bias_params(x_t.qtype, w_t.qtype)
 
 
+#: float types NumPy tests and reduces natively (an ml_dtypes type takes the float64 path)
+_NATIVE_FLOATS = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
+
+
 def _non_finite_reason(c: np.ndarray) -> str | None:
     """Why a constant (weight, bias) has no quantized form, or None: a NaN or an infinity
     has no place on an integer grid, and one of them would make every scale of its
     channel (or of the tensor) infinite or NaN."""
+    c = np.asarray(c)
+    # the test in the constant's own type (a float64 copy of 85 MB of float32 weights
+    # costs more than the test): converting to float64 keeps every value finite or not
+    if c.dtype in _NATIVE_FLOATS and np.isfinite(c).all():
+        return None
     c64 = np.asarray(c, dtype=np.float64)
     finite = np.isfinite(c64)
     if finite.all():
@@ -1019,12 +1029,17 @@ def _weight_type(w: np.ndarray, t: TensorPlan, expressed: FloatType, recipe: Rec
     reduce = seven_bit(t, recipe)
     if t.block is not None and t.axis is not None:
         return _blocked_weight_type(w, t.axis, t.block, t.storage, expressed, t.symmetric, reduce)
-    w64 = np.asarray(w, dtype=np.float64)
+    w = np.asarray(w)
+    # the extrema in the weight's own type, then widened: float64 conversion is exact
+    # and keeps the order, so they are the extrema of the float64 copy, without the copy
+    wv = w if w.dtype in _NATIVE_FLOATS else np.asarray(w, dtype=np.float64)
     if t.axis is None:
-        cal = CalibratedType(expressed, float(w64.min(initial=0.0)), float(w64.max(initial=0.0)))
+        cal = CalibratedType(expressed, float(wv.min(initial=0.0)), float(wv.max(initial=0.0)))
     else:
-        moved = np.moveaxis(w64, t.axis, 0).reshape(w64.shape[t.axis], -1)
-        cal = CalibratedType(expressed, tuple(moved.min(axis=1)), tuple(moved.max(axis=1)), axis=t.axis)
+        moved = np.moveaxis(wv, t.axis, 0).reshape(wv.shape[t.axis], -1)
+        lo = moved.min(axis=1).astype(np.float64)
+        hi = moved.max(axis=1).astype(np.float64)
+        cal = CalibratedType(expressed, tuple(lo), tuple(hi), axis=t.axis)
     return params_from_range(cal, t.storage, symmetric=t.symmetric, reduce_range=reduce)
 
 
@@ -1150,6 +1165,35 @@ def _after(graph: Graph, v: Value) -> Node | None:
     return graph.nodes[k + 1] if k + 1 < len(graph.nodes) else None
 
 
+#: storage types :func:`quantize_weight` takes: every bound qmin − zp, qmax − zp is exact in float32
+_FLOAT32_BOUNDED = frozenset(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16))
+
+
+def quantize_weight(
+    w: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, axis: int | None, dtype: Any
+) -> np.ndarray:
+    """``quantize_linear(w, scale, zero_point, axis=axis, dtype=dtype)`` (eq. (2)), bit for
+    bit, for a float32 weight with float32 scales, per tensor or per axis, on 8- or 16-bit
+    integer storage: the same float32 division and rounding, then the clamp in float32 in
+    the same buffer. The reference widens the whole weight to float64 and int64 for the
+    clamp (eq. (24)'s candidates quantize rxnmap's 21M weights each); in float32 the
+    bounds are exact integers, so every comparison, NaN -> qmin included, comes out the
+    same. Anything else goes to the reference."""
+    x, s, dt = np.asarray(w), np.asarray(scale), np.dtype(dtype)
+    if x.dtype != np.float32 or s.dtype != np.float32 or dt not in _FLOAT32_BOUNDED:
+        return quantize_linear(x, s, zero_point, axis=axis, dtype=dt)
+    qmin, qmax = storage_range(dt)
+    zp = expand_param(np.asarray(zero_point), x.shape, axis, None, "zero_point").astype(np.int32)
+    q = np.asarray(np.divide(x, expand_param(s, x.shape, axis, None, "scale"), dtype=np.float32))
+    np.rint(q, out=q)
+    np.fmax(q, (qmin - zp).astype(np.float32), out=q)
+    np.minimum(q, (qmax - zp).astype(np.float32), out=q)
+    out = q.astype(np.int32)
+    out += zp
+    res = out.astype(dt)
+    return res if res.ndim else res[()]
+
+
 def _insert_constant_dq(graph: Graph, node: Node, idx: int, w: Value, t: TensorPlan) -> None:
     q = t.qtype
     assert q is not None
@@ -1157,6 +1201,14 @@ def _insert_constant_dq(graph: Graph, node: Node, idx: int, w: Value, t: TensorP
         data = quantize_bias(w.const if t.values is None else t.values, q)
     elif t.codes is not None:
         data = t.codes
+    elif q.block is None:
+        data = quantize_weight(
+            np.asarray(w.const, dtype=np.float32),
+            q.scale_array(),
+            q.zero_point_array(),
+            q.axis,
+            q.storage.numpy,
+        )
     else:
         data = quantize_linear(
             np.asarray(w.const, dtype=np.float32),

@@ -803,8 +803,11 @@ def quantize_static(
 
     def candidate(rng: dict) -> Model:
         # the same float graph planned again (the graph is linked both ways: a copy
-        # through the ONNX form, not a deep copy)
-        alt = from_proto(to_proto(model))
+        # through the ONNX form, not a deep copy). The large constants are not copied:
+        # the copy reads the model's arrays through read-only views (to_proto's
+        # ``arrays``), as finish() replaces constants and never writes into them
+        arrays: dict[str, Any] = {}
+        alt = from_proto(to_proto(model, arrays=arrays), arrays=arrays)
         alt_plan = plan_qdq(alt.graph, plan_recipe)
         for name, t in plan.tensors.items():
             if t.float_reason is not None and name in alt_plan.tensors:
