@@ -384,6 +384,51 @@ def test_qlinear_binary_native_every_code_pair(dtype, scales) -> None:
             )
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize(
+    ("shape", "const_shape"),
+    [((37, 150, 12), (1, 150, 1)), ((3, 21, 17), (17,)), ((2, 3, 7, 17), (1, 1, 7, 1)), ((5, 7, 3), (7, 1))],
+)
+def test_qlinear_binary_native_expanded_constant_is_the_broadcast(dtype, shape, const_shape) -> None:
+    """docs/kernels.md (V9.1): a constant operand expanded over the trailing dimensions
+    (``expanded_constant_shape``) gives the bytes of the short-run broadcast on every ISA,
+    as either operand, QLinearAdd and QLinearMul, every code, with saturation at both
+    ends (a small output scale) and the twin's values."""
+    from quanta.targets.native.elementwise import expanded_constant_shape
+
+    rng = np.random.default_rng(len(shape) * 31 + const_shape[-1])
+    info = np.iinfo(dtype)
+    x = rng.integers(info.min, info.max + 1, shape).astype(dtype)
+    k = rng.integers(info.min, info.max + 1, const_shape).astype(dtype)
+    full_shape = expanded_constant_shape(const_shape, shape, shape)
+    assert full_shape is not None
+    full = np.ascontiguousarray(
+        np.broadcast_to(k.reshape((1,) * (len(shape) - k.ndim) + k.shape), full_shape)
+    )
+    zps = [
+        int(dtype(-5) if dtype == np.int8 else dtype(131)),
+        9,
+        int(dtype(3) if dtype == np.int8 else dtype(200)),
+    ]
+    for scales in ((F32(0.037), F32(0.021), F32(0.043)), (F32(0.037), F32(0.021), F32(0.0031))):
+        for pair in ((x, k, x, full), (k, x, full, x)):
+            want_add = reference_add(pair[0], pair[1], scales, zps)
+            want_mul = reference_mul(pair[0], pair[1], scales, zps)
+
+            def check(isa: str, pair=pair, scales=scales, want_add=want_add, want_mul=want_mul) -> None:
+                for threads in (1, 2):
+                    assert_same(want_add, native_add(pair[0], pair[1], scales, zps, threads), isa)
+                    assert_same(
+                        want_add, native_add(pair[2], pair[3], scales, zps, threads), isa, expanded=True
+                    )
+                    assert_same(want_mul, native_mul(pair[0], pair[1], scales, zps, threads), isa)
+                    assert_same(
+                        want_mul, native_mul(pair[2], pair[3], scales, zps, threads), isa, expanded=True
+                    )
+
+            every_isa(check)
+
+
 def test_qlinear_binary_native_refuses_unbroadcastable_shapes() -> None:
     a, b = np.zeros((2, 3), np.uint8), np.zeros((4,), np.uint8)
     with pytest.raises(

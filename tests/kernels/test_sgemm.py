@@ -741,6 +741,49 @@ def test_col2im_tiles_are_the_twin_scatter_bit_for_bit_every_isa(m, k, h, w, bt,
     every_isa(check)
 
 
+@pytest.mark.parametrize(
+    "m,kh,kw,h,w,sh,sw,dw,bt,bl,eh,ew",
+    [
+        (64, 1, 3, 7, 8, 1, 2, 1, 0, 1, 0, 1),  # dfn3_erb_dec's depthwise 1x3 stride-2 upsampling
+        (3, 1, 3, 2, 259, 1, 2, 1, 0, 1, 0, 1),  # rows of 259 columns: vector bodies and tails
+        (7, 2, 3, 5, 17, 2, 3, 2, 1, 2, 1, 2),  # gapped phases: stride 3, dilation 2
+        (17, 3, 5, 4, 11, 2, 2, 1, -1, -2, 1, 0),  # 3 contributions a column; crop before the canvas
+    ],
+)
+def test_col2im_strided_columns_are_the_twin_scatter_bit_for_bit_every_isa(
+    m, kh, kw, h, w, sh, sw, dw, bt, bl, eh, ew
+) -> None:
+    """Overlapping windows with column strides above 1 (sgemm::col2im's strided adds,
+    not col2im_tiles): the twin's bytes (scatter into +0 in (ky, kx) order, crop, + bias,
+    clamp) on every ISA, 1 and 2 threads, with −0, NaN and ±inf columns; the geometries
+    of a depthwise 1x3 stride-2 upsampling (dfn3_erb_dec) pinned for a faster kernel."""
+    from quanta.kernels.reference.nn_conv import _crop_spatial, _scatter_windows
+
+    rng = np.random.default_rng(m * 1000 + kw * 100 + w)
+    n = 2
+    cols = normal(rng, n, m * kh * kw, h, w)
+    flat = cols.reshape(-1)
+    flat[rng.integers(0, flat.size, 60)] = rng.choice(np.array([-0.0, np.nan, np.inf, -np.inf, 0.0], F32), 60)
+    bias = normal(rng, m)
+    full = ((h - 1) * sh + kh, (w - 1) * sw + (kw - 1) * dw + 1)
+    out_hw = (full[0] - bt + eh, full[1] - bl + ew)
+    canvas = _scatter_windows(cols.reshape(n, m, kh, kw, h, w), full, (sh, sw), (1, dw))
+    want = _crop_spatial(canvas, (bt, bl), out_hw) + bias.reshape(m, 1, 1)
+    lo, hi = F32(-0.75), F32(1.5)
+    clamped = np.where(want < lo, lo, want)
+    clamped = np.where(clamped > hi, hi, clamped)
+
+    def check(isa: str) -> None:
+        for threads in (1, 2):
+            args = (cols, m, kh, kw, [sh, sw], [1, dw], [bt, bl], list(out_hw), bias)
+            got = _native.col2im_f32(*args, num_threads=threads)
+            assert got.tobytes() == np.ascontiguousarray(want, F32).tobytes(), (isa, threads)
+            got = _native.col2im_f32(*args, lo=lo, hi=hi, num_threads=threads)
+            assert got.tobytes() == np.ascontiguousarray(clamped, F32).tobytes(), (isa, threads, "clamp")
+
+    every_isa(check)
+
+
 def test_col2im_refuses_bad_arguments() -> None:
     cols = np.zeros((1, 12, 3, 3), F32)
     with pytest.raises(ValueError, match="M\\*kh\\*kw"):

@@ -1513,3 +1513,82 @@ def test_softmax_quant_specialized_and_recorded_is_the_twin(
     assert step.node.name in _specialized_names(sess)
     (bound,) = sess.executor.bound_runs().values()
     assert step.index not in {t[0] for t in bound.fast_steps if t[2] is not _PROGRAM}
+
+
+def _qlinear_binary_model(op: str, dtype, shape, const, const_first: bool):
+    """com.microsoft QLinearAdd / QLinearMul of x (``shape``, codes of ``dtype``) and the
+    constant ``const`` (its first operand when ``const_first``), distinct scales and
+    non-zero zero points, the output read by a DequantizeLinear (an arena place)."""
+    zx, zk, zy = (-5, 9, 3) if dtype == np.int8 else (131, 7, 200)
+    operands = (
+        [("k", "sk", "zk"), ("x", "sx", "zx")] if const_first else [("x", "sx", "zx"), ("k", "sk", "zk")]
+    )
+    inits = [
+        numpy_helper.from_array(np.array(0.037, np.float32), "sx"),
+        numpy_helper.from_array(np.array(zx, dtype), "zx"),
+        numpy_helper.from_array(np.array(0.021, np.float32), "sk"),
+        numpy_helper.from_array(np.array(zk, dtype), "zk"),
+        numpy_helper.from_array(np.array(0.043, np.float32), "sy"),
+        numpy_helper.from_array(np.array(zy, dtype), "zy"),
+        numpy_helper.from_array(const, "k"),
+    ]
+    nodes = [
+        helper.make_node(
+            op, [*operands[0], *operands[1], "sy", "zy"], ["q"], name="binary", domain="com.microsoft"
+        ),
+        helper.make_node("DequantizeLinear", ["q", "sy", "zy"], ["y"], name="dq"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "qbinary",
+        [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    return helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("const_first", [False, True])
+@pytest.mark.parametrize(
+    ("shape", "const_shape", "expanded"),
+    [
+        ((37, 150, 12), (1, 150, 1), (1, 150, 12)),  # deepcut's conv bias: 37 x 1800 > the cap
+        ((5, 7, 3), (7, 1), (5, 7, 3)),  # the whole output (105 codes)
+        ((3, 21, 17), (17,), (3, 21, 17)),  # a trailing vector: runs of 17
+        ((2, 3, 7, 17), (1, 1, 7, 1), (2, 3, 7, 17)),
+        ((2, 17, 259), (17, 1), None),  # runs of 259: kept
+        ((3, 7, 64), (64,), None),  # runs of 64 (a channels-last bias): kept
+    ],
+)
+def test_qlinear_binary_with_a_short_run_constant_is_expanded_and_exact(
+    threads: int, op: str, dtype, const_first: bool, shape, const_shape, expanded
+) -> None:
+    """A bound QLinearAdd / QLinearMul whose constant operand repeats along trailing
+    dimensions (runs shorter than SHORT_RUN) reads it expanded over them (docs/kernels.md
+    (V9.1)), with the reference's bytes on every code of x, either operand constant, 1
+    and 2 threads; runs already long keep the constant as it is; a non-contiguous x runs
+    the generic kernel with the same bytes."""
+    info = np.iinfo(dtype)
+    const = np.random.default_rng(len(shape) + sum(const_shape)).integers(
+        info.min, info.max + 1, const_shape, dtype=dtype
+    )
+    model = _qlinear_binary_model(op, dtype, shape, const, const_first)
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess = quanta.InferenceSession(model.SerializeToString(), opts)
+    ref = quanta.InferenceSession(model.SerializeToString(), backend="reference")
+    rng = np.random.default_rng(13)
+    draw = _codes_of(dtype)
+    for _ in range(3):
+        feeds = {"x": draw(rng, shape)}
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
+    (bound,) = sess.executor.bound_runs().values()
+    (step,) = [t for t in bound.steps if sess.plan.steps[t[0]].node.name == "binary"]
+    assert getattr(step[1], "expanded", "plain") == expanded
+    strided = {"x": draw(rng, (*shape[:-1], 2 * shape[-1]))[..., ::2]}
+    np.testing.assert_array_equal(sess.run(None, strided)[0], ref.run(None, strided)[0])

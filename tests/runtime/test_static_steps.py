@@ -524,3 +524,51 @@ def test_a_root_whose_sizing_values_are_fixed_by_checked_shapes_needs_no_compare
     assert {plan.steps[k].name for k in roots} == {"tile", "flatten", "range", "cos"}
     checked = signature_static_steps(plan, roots) - signature_static_steps(plan)
     assert {plan.steps[k].name for k in checked} == {"shape", "count"}
+
+
+def test_one_hot_cumsum_softsign_after_a_nonzero_take_direct_calls():
+    """A duration net's OneHot (constant depth and values, negative and out-of-range
+    indices), CumSum (constant axis; exclusive and reverse) and Softsign on values whose
+    shapes follow a NonZero: shape-free specializations, equal to the reference for every
+    count, and direct calls in the bound run."""
+    nodes = [
+        helper.make_node("Greater", ["x", "t"], ["mask"], name="gt"),
+        helper.make_node("NonZero", ["mask"], ["idx"], name="nonzero"),
+        helper.make_node("Sub", ["idx", "three"], ["shifted"], name="sub"),
+        helper.make_node("OneHot", ["shifted", "depth", "values"], ["oh"], name="onehot", axis=1),
+        helper.make_node("Cast", ["idx"], ["idx_f"], name="cast", to=TensorProto.FLOAT),
+        helper.make_node("Softsign", ["idx_f"], ["soft"], name="softsign"),
+        helper.make_node("CumSum", ["soft", "ax"], ["cs"], name="cumsum", exclusive=1, reverse=1),
+        helper.make_node("CumSum", ["idx", "ax"], ["ci"], name="cumsum_int"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [17])],
+        [
+            helper.make_tensor_value_info("oh", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("cs", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("ci", TensorProto.INT64, None),
+        ],
+        [
+            numpy_helper.from_array(np.array(0.3, np.float32), "t"),
+            numpy_helper.from_array(np.array(3, np.int64), "three"),
+            numpy_helper.from_array(np.array(7, np.int64), "depth"),
+            numpy_helper.from_array(np.array([-0.5, 2.25], np.float32), "values"),
+            numpy_helper.from_array(np.array(-1, np.int64), "ax"),
+        ],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    sess = quanta.InferenceSession(m, backend="native")
+    ref = quanta.InferenceSession(m, backend="reference")
+    rng = np.random.default_rng(11)
+    for count in (9, 3, 17, 1, 9, 12):
+        x = np.zeros(17, np.float32)
+        x[rng.choice(17, size=count, replace=False)] = 1.0
+        for g_, w_ in zip(sess.run(None, {"x": x}), ref.run(None, {"x": x}), strict=True):
+            assert g_.dtype == w_.dtype and g_.shape == w_.shape
+            assert g_.tobytes() == w_.tobytes()
+    ex = _executor(sess)
+    (bound,) = ex.bound_runs().values()
+    direct = {ex.plan.steps[t[0]].name for t in bound.make_direct() if t[4] < 0}
+    assert {"onehot", "softsign", "cumsum", "cumsum_int"} <= direct

@@ -562,9 +562,93 @@ _qlinear_add_native = _binary_native("QLinearAdd", "qlinear_add")
 _qlinear_mul_native = _binary_native("QLinearMul", "qlinear_mul")
 
 
+#: A broadcast run shorter than this many elements is a short run (docs/kernels.md
+#: (V9.1)): the AVX-512 loop takes 64 elements a step, so a run of 12 pays a call and a
+#: masked tail for 12 bytes.
+SHORT_RUN = 64
+
+#: The largest constant operand (elements) a bound QLinearAdd / QLinearMul expands over
+#: the trailing dimensions (V9.1): it stays in L1 / L2 beside the streamed operand.
+EXPANDED_CONSTANT_MAX = 1 << 16
+
+
+def _inner_run(a_shape: tuple[int, ...], b_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> int:
+    """The length of the inner run the native broadcast iteration makes of these shapes
+    (``broadcast::make_plan``, broadcast.h: size-1 output dimensions dropped, neighbours
+    that both operands walk contiguously, or both repeat, merged)."""
+    r = len(out_shape)
+    a = (1,) * (r - len(a_shape)) + tuple(a_shape)
+    b = (1,) * (r - len(b_shape)) + tuple(b_shape)
+    a_str, b_str = [0] * r, [0] * r
+    a_acc = b_acc = 1
+    for d in range(r - 1, -1, -1):
+        a_str[d] = 0 if a[d] == 1 else a_acc
+        b_str[d] = 0 if b[d] == 1 else b_acc
+        a_acc *= a[d]
+        b_acc *= b[d]
+    kept: list[list[int]] = []  # [n, a stride, b stride]
+    for d in range(r):
+        if out_shape[d] == 1:
+            continue
+        if kept and kept[-1][1] == a_str[d] * out_shape[d] and kept[-1][2] == b_str[d] * out_shape[d]:
+            kept[-1] = [kept[-1][0] * out_shape[d], a_str[d], b_str[d]]
+            continue
+        kept.append([out_shape[d], a_str[d], b_str[d]])
+    return kept[-1][0] if kept else 1
+
+
+def expanded_constant_shape(
+    const_shape: tuple[int, ...], var_shape: tuple[int, ...], out_shape: tuple[int, ...]
+) -> tuple[int, ...] | None:
+    """The shape a constant operand of a QLinearAdd / QLinearMul is expanded to (V9.1), or
+    None to keep it: when the native broadcast would walk short runs (< SHORT_RUN) because
+    the constant repeats along trailing dimensions the other operand walks (a bias [1, C,
+    1] against [N, C, L]), the constant over the longest suffix of output dimensions that
+    the other operand walks in full, at most EXPANDED_CONSTANT_MAX elements, its own
+    dimensions before it. None when that does not lengthen the runs."""
+    r = len(out_shape)
+    if len(const_shape) > r or len(var_shape) > r or 0 in out_shape:
+        return None
+    c = (1,) * (r - len(const_shape)) + tuple(const_shape)
+    v = (1,) * (r - len(var_shape)) + tuple(var_shape)
+    before = _inner_run(c, v, out_shape)
+    if before >= SHORT_RUN:
+        return None
+    j = r
+    while (
+        j > 0
+        and v[j - 1] == out_shape[j - 1]
+        and math.prod(c[: j - 1]) * math.prod(out_shape[j - 1 :]) <= EXPANDED_CONSTANT_MAX
+    ):
+        j -= 1
+    shape = c[:j] + tuple(out_shape[j:])
+    if shape == c or _inner_run(shape, v, out_shape) <= before:
+        return None
+    return shape
+
+
+def _expanded_constants(sig: Specialization) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(a, b) of a bound QLinearAdd / QLinearMul: the constant operand expanded by
+    :func:`expanded_constant_shape` (a contiguous copy, read by every run), None for the
+    other operand or when nothing is expanded."""
+    a_shape, b_shape, out_shape = sig.shapes[0], sig.shapes[3], sig.out_shape
+    if a_shape is None or b_shape is None or out_shape is None:
+        return None, None
+    const_a, const_b = sig.consts[0], sig.consts[3]
+    if (const_a is None) == (const_b is None):  # both run-time values (or both constant)
+        return None, None
+    const, var_shape = (const_a, b_shape) if const_a is not None else (const_b, a_shape)
+    shape = expanded_constant_shape(tuple(const.shape), tuple(var_shape), tuple(out_shape))
+    if shape is None:
+        return None, None
+    full = np.ascontiguousarray(np.broadcast_to(np.asarray(const), shape))
+    return (full, None) if const_a is not None else (None, full)
+
+
 def _binary_specializer(native_name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     """QLinearAdd / QLinearMul whose scalars were prepared at compile time, for operands of
-    the prepared dtype: the C++ call with them."""
+    the prepared dtype: the C++ call with them; a constant operand that would make the
+    broadcast's runs short is read expanded over the trailing dimensions (V9.1)."""
 
     def specialize(sig: Specialization, *, prepared: Any, **attrs: Any) -> Callable[..., Any] | None:
         dt = sig.dtypes[0]
@@ -572,14 +656,17 @@ def _binary_specializer(native_name: str, fn: Callable[..., Any]) -> Callable[..
             return None
         scalars = prepared[1:]
         native, threads, out = getattr(_native(), native_name), step_threads(sig), sig.out
-        return guarded(
-            lambda a, sa, za, b, *p: native(a, b, *scalars, threads, out),
-            fn,
-            {"prepared": prepared, **attrs},
-            out,
-            reads=4,
-            recordable=True,
-        )
+        full_a, full_b = _expanded_constants(sig)
+        call: Callable[..., Any]
+        if full_a is not None:
+            call = lambda a, sa, za, b, *p: native(full_a, b, *scalars, threads, out)  # noqa: E731
+        elif full_b is not None:
+            call = lambda a, sa, za, b, *p: native(a, full_b, *scalars, threads, out)  # noqa: E731
+        else:
+            call = lambda a, sa, za, b, *p: native(a, b, *scalars, threads, out)  # noqa: E731
+        run = guarded(call, fn, {"prepared": prepared, **attrs}, out, reads=4, recordable=True)
+        run.expanded = next((x.shape for x in (full_a, full_b) if x is not None), None)  # type: ignore[attr-defined]
+        return run
 
     return specialize
 

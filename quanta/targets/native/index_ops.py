@@ -45,7 +45,7 @@ import numpy as np
 from quanta.ir.graph import Model, Node
 from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
-from quanta.targets.native._specialize import guarded
+from quanta.targets.native._specialize import guarded, shape_free
 from quanta.targets.native._values import threads as _threads
 from quanta.targets.native._values import value_dtype as _dtype
 from quanta.targets.native.float_ops import _native, _Unsupported, _with_fallback
@@ -91,7 +91,22 @@ def bind_cumsum(model: Model, node: Node) -> tuple[Kernel | None, str]:
     reason = _reason("CumSum", node, 0, _SUMMABLE, "float32/64 or int32/64")
     if reason:
         return None, reason
-    return Kernel(_cumsum_native, "native", "native:cumsum", out=True), ""
+    return Kernel(_cumsum_native, "native", "native:cumsum", out=True, specialize=_cumsum_specialized), ""
+
+
+@shape_free
+def _cumsum_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """CumSum with a constant axis: the binding with the axis and flags read once (a
+    duration net's CumSum after its NonZero ran the generic call's conversions each run).
+    Reads dtypes and the constant axis only."""
+    axis = sig.consts[1] if len(sig.consts) > 1 else None
+    if sig.dtypes[0] not in _SUMMABLE or axis is None:
+        return None
+    cumsum, a = _native().cumsum, _scalar(axis)
+    exclusive, reverse, out = bool(attrs.get("exclusive", 0)), bool(attrs.get("reverse", 0)), sig.out
+    return guarded(
+        lambda x, *rest: cumsum(x, a, exclusive, reverse, out), _cumsum_native, attrs, out, reads=1
+    )
 
 
 @_with_fallback("NonZero")
@@ -133,7 +148,22 @@ def _one_hot_native(
 def bind_one_hot(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """OneHot with numeric values (depth may be a run-time tensor)."""
     del model  # unused
-    return Kernel(_one_hot_native, "native", "native:one_hot", out=True), ""
+    return Kernel(_one_hot_native, "native", "native:one_hot", out=True, specialize=_one_hot_specialized), ""
+
+
+@shape_free
+def _one_hot_specialized(sig: Specialization, *, axis: int = -1, **attrs: Any) -> Callable[..., Any] | None:
+    """OneHot with constant depth and values: both read once; each run casts the indices
+    as the generic call does and calls the binding. Reads dtypes and constants only."""
+    depth, values = sig.consts[1], sig.consts[2]
+    if depth is None or values is None or values.dtype.kind not in "fiub" or values.size != 2:
+        return None
+    one_hot, d, v, out = _native().one_hot, _scalar(depth), np.asarray(values, order="C"), sig.out
+
+    def call(indices: Any, *rest: Any) -> np.ndarray:
+        return one_hot(np.asarray(np.asarray(indices).astype(_INT64), order="C"), d, v, axis, out)
+
+    return guarded(call, _one_hot_native, {"axis": axis, **attrs}, out, reads=1)
 
 
 @_with_fallback("ScatterND")
@@ -469,4 +499,16 @@ def bind_softsign(model: Model, node: Node) -> tuple[Kernel | None, str]:
     reason = _reason("Softsign", node, 0, _FLOAT, "float32 or float64")
     if reason:
         return None, reason
-    return Kernel(_softsign_native, "native", "native:softsign", out=True), ""
+    return Kernel(
+        _softsign_native, "native", "native:softsign", out=True, specialize=_softsign_specialized
+    ), ""
+
+
+@shape_free
+def _softsign_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """The binding called directly (a non-contiguous x: the binding refuses, the generic
+    call runs). Reads the dtype only."""
+    if sig.dtypes[0] not in _FLOAT:
+        return None
+    softsign, out = _native().softsign, sig.out
+    return guarded(lambda x: softsign(x, out), _softsign_native, attrs, out, reads=1)

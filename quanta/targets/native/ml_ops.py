@@ -15,8 +15,10 @@ import numpy as np
 
 from quanta.ir.graph import Model, Node
 from quanta.kernels.reference.ml_ops import ML_DOMAIN, encoder
-from quanta.targets.base import Kernel
+from quanta.kernels.reference.registry import OpError
+from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
+from quanta.targets.native._specialize import guarded, shape_free
 
 
 @register_binder("LabelEncoder", ML_DOMAIN)
@@ -32,4 +34,18 @@ def bind_label_encoder(model: Model, node: Node) -> tuple[Kernel | None, str]:
             enc = encoders[x.dtype] = encoder(attrs, x.dtype)
         return enc(x)
 
-    return Kernel(run, "native", "native:label_encoder", out=False), ""
+    @shape_free
+    def specialize(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+        """The encoder of the signature's input dtype, called directly: the twin's
+        encoder returns a new array on every call (never a view of x), so the step is
+        ``fresh`` and the runtime skips its arena-sharing checks."""
+        dt = sig.dtypes[0]
+        if dt is None:
+            return None
+        try:
+            enc = encoder(attrs, dt)
+        except OpError:
+            return None  # the generic call raises the twin's error
+        return guarded(lambda x: enc(x), run, attrs, None, reads=1, fresh=True)
+
+    return Kernel(run, "native", "native:label_encoder", out=False, specialize=specialize), ""

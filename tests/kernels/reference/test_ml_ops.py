@@ -100,6 +100,30 @@ def test_label_encoder_matches_onnxruntime(case: str, backend: str) -> None:
         assert got.dtype == want.dtype and np.array_equal(got, want)
 
 
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_label_encoder_bound_step_is_the_encoder_and_fresh(case: str) -> None:
+    """The native step of a bound signature calls the encoder of its input dtype
+    directly (``fresh``: a new array every call, so no arena-sharing checks), with ORT's
+    values on two different feeds; an input of another layout (non-contiguous) too."""
+    in_type, out_type, opset, attrs, x = CASES[case]
+    model = _model(in_type, out_type, opset, **attrs)
+    o = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = quanta.InferenceSession(model)
+    feeds = [x[::-1].copy(), x, np.concatenate([x, x[:, ::-1]], axis=1)[:, ::2]]
+    for i, feed in enumerate(feeds):
+        got, want = sess.run(None, {"x": feed})[0], o.run(None, {"x": np.ascontiguousarray(feed)})[0]
+        assert got.shape == want.shape
+        if want.dtype.kind == "O":
+            assert got.dtype.kind == "O" and got.tolist() == want.tolist()
+        else:
+            assert got.dtype == want.dtype and np.array_equal(got, want)
+        if i == 1:
+            (bound,) = sess.executor.bound_runs().values()
+            plain = {t[0]: t[1] for t in sess.executor._plain}
+            (step,) = bound.steps
+            assert step[1] is not plain[step[0]] and step[1].fresh
+
+
 def test_label_encoder_without_a_table_names_itself() -> None:
     model = _model(TensorProto.STRING, TensorProto.INT64, 2, default_int64=0)
     with pytest.raises(Exception, match="LabelEncoder sets no keys"):
