@@ -21,14 +21,7 @@ settings.register_profile("dev", max_examples=300, deadline=None)
 # .ci/isa_check.sh runs the kernel tests under QEMU's instruction-set emulator, tens of
 # times slower than the host: a few derandomized examples a property reach every kernel
 # path there, and the host's own run has already covered the example space.
-settings.register_profile(
-    "isa",
-    max_examples=4,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    print_blob=True,
-)
+settings.register_profile("isa", settings.get_profile("ci"), max_examples=4)
 settings.load_profile("ci")
 
 import pytest  # noqa: E402  (appended section: the pass manager's test mode)
