@@ -109,6 +109,17 @@ class StageTimer:
             weighted_mse,
         )
 
+        observer_modules = (
+            entropy,
+            histogram,
+            minmax,
+            moving_average,
+            mse,
+            observer,
+            percentile,
+            spread,
+            weighted_mse,
+        )
         passes = ("SmoothQuant statistics pass", "eq. (HB2) spread pass", "equalization pass")
 
         def calibrate_label(timer: StageTimer, args: tuple, kwargs: dict) -> str:
@@ -130,17 +141,7 @@ class StageTimer:
         self.wrap(rounding, "plan_rounding", "plan")
         classes = [
             c
-            for m in (
-                entropy,
-                histogram,
-                minmax,
-                moving_average,
-                mse,
-                observer,
-                percentile,
-                spread,
-                weighted_mse,
-            )
+            for m in observer_modules
             for c in vars(m).values()
             if isinstance(c, type) and c.__module__ == m.__name__
         ]
